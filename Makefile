@@ -1,0 +1,56 @@
+# sglang_pask: one command per workflow. `make serve`, `make test`; see README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip --disable-pip-version-check
+STAMP := $(VENV)/.pask-installed
+
+# The pinned heavy packages; everything is installed with --no-deps so nothing can pull a CUDA torch.
+TORCH := torch==2.13.0
+SGLANG := sglang==0.5.23
+XGRAMMAR := xgrammar==0.2.8
+
+MODEL ?= models/tiny-random-qwen3
+HOST ?= 127.0.0.1
+PORT ?= 30000
+MAX_TOTAL_TOKENS ?= 65536
+POLICY ?=
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install serve test bench lint model clean-venv
+
+install: $(STAMP)
+
+# Idempotent: reruns only when the pins or the package metadata change.
+$(STAMP): requirements/cpu.txt requirements/test.txt requirements/build.txt setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --no-deps -r requirements/build.txt
+	$(PIP) install -q --no-deps $(TORCH) $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/test.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PY) -m sglang_pask.cpu_shim.install_pth
+	$(PY) -m sglang_pask.cli env
+	@touch $(STAMP)
+
+serve: install
+	@echo "sglang_pask: serving $(MODEL) at http://$(HOST):$(PORT)/v1 (OpenAI-compatible; Ctrl-C stops)"
+	@echo "  try: curl -s http://$(HOST):$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
+	@echo "         -d '{\"model\": \"default\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 16}'"
+	exec $(PY) -m sglang_pask.launch_server --model-path $(MODEL) --host $(HOST) --port $(PORT) \
+		--tool-call-parser qwen --max-total-tokens $(MAX_TOTAL_TOKENS) \
+		--constrained-json-disable-any-whitespace \
+		$(if $(POLICY),--pask-policy $(POLICY)) $(SERVE_ARGS)
+
+test: install
+	$(PY) -m pytest test $(PYTEST_ARGS)
+
+bench: install
+	bash bench/serve_smoke.sh
+
+# Rebuild the plumbing model (deterministic; the committed copy is what tests use).
+model: install
+	$(PY) -m sglang_pask.tiny.build_random --out models/tiny-random-qwen3
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,57 @@
+"""The ``pask`` command. Subcommands register themselves in ``COMMANDS`` (name -> (help, setup,
+run)); later subsystems (tag, generate, policy, eval, calibrate, report) add theirs here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+import sglang_pask
+
+Setup = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[str, Setup, Run]] = {}
+
+
+def command(name: str, help: str, setup: Setup):
+    def deco(run: Run) -> Run:
+        COMMANDS[name] = (help, setup, run)
+        return run
+
+    return deco
+
+
+@command("env", "print the versions and CPU-shim state this install runs with", lambda p: None)
+def _env(_args: argparse.Namespace) -> int:
+    import importlib.metadata as md
+
+    from sglang_pask import cpu_shim
+
+    print(f"sglang_pask {sglang_pask.__version__}")
+    for dist in ("torch", "sglang", "xgrammar", "transformers"):
+        try:
+            print(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            print(f"{dist} (not installed)")
+    print(f"cuda_present {cpu_shim.cuda_present()}")
+    print(f"cpu_shim_active {cpu_shim.activate()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pask", description=sglang_pask.__doc__)
+    parser.add_argument("--version", action="version", version=sglang_pask.__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_, setup, _run) in sorted(COMMANDS.items()):
+        setup(sub.add_parser(name, help=help_))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command][2](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
