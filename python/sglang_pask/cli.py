@@ -1,5 +1,10 @@
-"""The ``pask`` command. Subcommands register themselves in ``COMMANDS`` (name -> (help, setup,
-run)); later subsystems (tag, generate, policy, eval, calibrate, report) add theirs here."""
+"""The ``pask`` command.
+
+Subcommands register themselves in ``COMMANDS`` (name -> (help, setup, run)) with the
+:func:`command` decorator, from a ``commands.py`` module in their own subpackage
+(``sglang_pask/<sub>/commands.py``); :func:`build_parser` imports every such module, so the
+registry alone drives the CLI. Heavy imports belong inside ``run``, not at module level.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +44,18 @@ def _env(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover() -> None:
+    import importlib
+    import importlib.util
+    import pkgutil
+
+    for info in pkgutil.iter_modules(sglang_pask.__path__):
+        if info.ispkg and importlib.util.find_spec(f"sglang_pask.{info.name}.commands"):
+            importlib.import_module(f"sglang_pask.{info.name}.commands")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    _discover()
     parser = argparse.ArgumentParser(prog="pask", description=sglang_pask.__doc__)
     parser.add_argument("--version", action="version", version=sglang_pask.__version__)
     sub = parser.add_subparsers(dest="command", required=True)
