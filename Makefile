@@ -45,6 +45,9 @@ serve: install
 test: install
 	$(PY) -m pytest test $(PYTEST_ARGS)
 
+lint: install
+	$(VENV)/bin/ruff check python test bench
+
 bench: install
 	bash bench/serve_smoke.sh
 

@@ -87,12 +87,15 @@ class _StandInLoader(importlib.abc.Loader):
 
 
 class StandInFinder(importlib.abc.MetaPathFinder):
-    """Serves stand-ins for ``STANDIN_PACKAGES`` when no real finder can. Appended last to
+    """Serves stand-ins for ``packages`` when no real finder can. Appended last to
     ``sys.meta_path``, so a real installation always wins."""
+
+    def __init__(self, packages: tuple[str, ...] = STANDIN_PACKAGES):
+        self.packages = tuple(packages)
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.split(".", 1)[0]
-        if top not in STANDIN_PACKAGES:
+        if top not in self.packages:
             return None
         return importlib.machinery.ModuleSpec(fullname, _StandInLoader(), is_package=True)
 
@@ -117,6 +120,13 @@ def activate() -> bool:
     if os.environ.get("SGLANG_PASK_CPU_SHIM", "1") == "0" or cuda_present():
         return False
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-    if not any(isinstance(f, StandInFinder) for f in sys.meta_path):
-        sys.meta_path.append(StandInFinder())
+    add_standins(STANDIN_PACKAGES)
     return True
+
+
+def add_standins(packages: tuple[str, ...]) -> None:
+    """Serve stand-ins for these top-level packages too (when they are not installed)."""
+    known = {p for f in sys.meta_path if isinstance(f, StandInFinder) for p in f.packages}
+    missing = tuple(p for p in packages if p not in known)
+    if missing:
+        sys.meta_path.append(StandInFinder(missing))

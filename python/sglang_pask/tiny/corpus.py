@@ -87,4 +87,5 @@ def lines(seed: int = 0, n: int = 4000) -> Iterator[str]:
             call = {"name": "_".join(rng.sample(WORDS[:40], 2)), "arguments": args}
             yield "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
         else:
-            yield f"{rng.randint(0, 99999)} {rng.uniform(0, 1000):.2f} {_value(rng)} {{\"{rng.choice(WORDS)}\": [1, 2, 3]}}"
+            n, x, v, w = rng.randint(0, 99999), rng.uniform(0, 1000), _value(rng), rng.choice(WORDS)
+            yield f'{n} {x:.2f} {v} {{"{w}": [1, 2, 3]}}'

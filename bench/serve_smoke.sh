@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# SGLang's own serving benchmark (sglang.benchmark.serving, dataset random-ids) against `make serve`.
+# Uses the server at $HOST:$PORT if one answers /health; otherwise starts `make serve` on that port
+# and stops it by the PID of its python process when done (also on failure).
+#   bash bench/serve_smoke.sh                       # defaults below
+#   NUM_PROMPTS=64 CONCURRENCY=16 bash bench/serve_smoke.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-30000}
+MODEL=${MODEL:-models/tiny-random-qwen3}
+NUM_PROMPTS=${NUM_PROMPTS:-32}
+CONCURRENCY=${CONCURRENCY:-8}
+INPUT_LEN=${INPUT_LEN:-128}
+OUTPUT_LEN=${OUTPUT_LEN:-64}
+PY=.venv/bin/python
+OUT=$(mktemp -d)
+started_pid=""
+
+cleanup() {
+  if [[ -n "$started_pid" ]] && kill -0 "$started_pid" 2>/dev/null; then
+    kill -TERM "$started_pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$started_pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$started_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+healthy() { curl -sf "http://$HOST:$PORT/health" >/dev/null 2>&1; }
+
+if ! healthy; then
+  make -s install >/dev/null
+  echo "serve_smoke: starting make serve on $HOST:$PORT (log: $OUT/server.log)"
+  make -s serve HOST="$HOST" PORT="$PORT" MODEL="$MODEL" >"$OUT/server.log" 2>&1 &
+  for _ in $(seq 1 240); do
+    started_pid=$(pgrep -f "sglang_pask.launch_server .*--port $PORT" | head -n 1 || true)
+    if grep -q "Errno 98" "$OUT/server.log"; then echo "port $PORT is taken" >&2; exit 1; fi
+    if [[ -n "$started_pid" ]] && healthy; then break; fi
+    sleep 1
+  done
+  healthy || { echo "server did not come up:"; tail -n 40 "$OUT/server.log"; exit 1; }
+fi
+
+$PY -m sglang_pask.cpu_shim.bench_serving --backend sglang --host "$HOST" --port "$PORT" \
+  --model "$MODEL" --tokenizer "$MODEL" --dataset-name random-ids \
+  --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" --random-range-ratio 1.0 \
+  --num-prompts "$NUM_PROMPTS" --max-concurrency "$CONCURRENCY" --seed 1 \
+  --output-file "$OUT/result.jsonl" >"$OUT/bench.log" 2>&1 || { tail -n 40 "$OUT/bench.log"; exit 1; }
+
+$PY - "$OUT/result.jsonl" <<'PYEOF'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"requests {r['completed']}  input_len {r.get('random_input_len')}  output_len {r.get('random_output_len')}  concurrency {r.get('max_concurrency')}")
+print(f"output throughput  {r['output_throughput']:.1f} tok/s")
+print(f"total throughput   {r.get('total_throughput', r['input_throughput'] + r['output_throughput']):.1f} tok/s")
+print(f"TPOT mean {r['mean_tpot_ms']:.2f} ms  median {r['median_tpot_ms']:.2f} ms  p99 {r['p99_tpot_ms']:.2f} ms")
+print(f"TTFT mean {r['mean_ttft_ms']:.1f} ms")
+PYEOF

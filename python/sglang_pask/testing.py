@@ -1,0 +1,133 @@
+"""Test-only helpers: a real SGLang server in a subprocess, stopped by PID.
+
+    with running_server(model_dir, extra_args=["--pask-policy", path]) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none")
+
+Invariants: the server is started on a free port with the project's launcher
+(``python -m sglang_pask.launch_server``); ``/health`` must answer 200 and the log must not show
+``Errno 98`` (port taken: a stale server would answer health checks) before the server counts as
+ready; on exit (normal or exception) the launcher PID gets SIGTERM (SGLang then stops its
+scheduler/detokenizer) and any child still alive after a grace period is killed by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+#: Flags every test server gets: the CPU pool cap (else ~16 GB) and the tool parser.
+DEFAULT_ARGS = (
+    "--tool-call-parser", "qwen",
+    "--max-total-tokens", "65536",
+    "--constrained-json-disable-any-whitespace",
+)
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become healthy; the message carries the log tail."""
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    port: int
+    log_path: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def launch_command(model: str, port: int, extra_args: Sequence[str] = ()) -> list[str]:
+    return [
+        sys.executable, "-m", "sglang_pask.launch_server",
+        "--model-path", model, "--host", "127.0.0.1", "--port", str(port),
+        *DEFAULT_ARGS, *extra_args,
+    ]
+
+
+def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM the launcher by PID, then kill by PID whatever of its tree survives the grace."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+@contextlib.contextmanager
+def running_server(
+    model: str, extra_args: Sequence[str] = (), timeout: float = 240.0, env: dict | None = None
+) -> Iterator[Server]:
+    port = free_port()
+    fd, log_path = tempfile.mkstemp(prefix=f"pask-server-{port}-", suffix=".log")
+    os.close(fd)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            launch_command(model, port, extra_args),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+    server = Server(proc, port, log_path)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise ServerStartError(f"server exited with {proc.returncode}:\n{server.log()[-4000:]}")
+            if "Errno 98" in server.log():
+                raise ServerStartError(f"port {port} already in use:\n{server.log()[-2000:]}")
+            if _healthy(server.url):
+                break
+            if time.monotonic() > deadline:
+                raise ServerStartError(f"server not healthy after {timeout}s:\n{server.log()[-4000:]}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        stop(proc)

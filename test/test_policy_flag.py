@@ -1,0 +1,65 @@
+"""--pask-policy through SGLang's own argument parsing: accepted when valid, and a missing file,
+invalid JSON or an unknown format each stop the launcher before anything starts, with one line
+naming the file and the problem."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import MINIMAL_POLICY, TINY_RANDOM, run_python
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (None, "does not exist"),
+        ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
+        (json.dumps({"format": "pask-policy/99"}), "has unknown format 'pask-policy/99' (supported: pask-policy/1)"),
+        (json.dumps({"name": "x"}), "has no \"format\" field"),
+        (json.dumps([1, 2]), "must hold a JSON object, got list"),
+    ],
+    ids=["missing", "invalid-json", "unknown-format", "no-format", "not-object"],
+)
+def test_bad_policy_fails_fast(tmp_path, content, problem):
+    path = tmp_path / "policy.json"
+    if content is not None:
+        path.write_text(content)
+    t0 = time.monotonic()
+    r = run_python(
+        "-m", "sglang_pask.launch_server", "--model-path", str(TINY_RANDOM),
+        "--port", "1", "--pask-policy", str(path),
+    )
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --pask-policy: policy file ")
+    assert str(path) in last and problem in last, last
+    assert "Traceback" not in r.stderr
+    assert elapsed < 60, f"took {elapsed:.1f}s: not fast"
+
+
+def test_valid_policy_reaches_server_args_and_subprocesses():
+    code = (
+        "import os, pickle, sys\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "load_plugins()\n"
+        f"sa = prepare_server_args(['--model-path', {str(TINY_RANDOM)!r}, '--pask-policy', {str(MINIMAL_POLICY)!r}])\n"
+        "sa2 = pickle.loads(pickle.dumps(sa))\n"
+        "print(sa._pask_policy); print(sa2._pask_policy); print(os.environ['SGLANG_PASK_POLICY'])\n"
+        f"sa3 = prepare_server_args(['--model-path', {str(TINY_RANDOM)!r}])\n"
+        "print(getattr(sa3, '_pask_policy', None))\n"
+    )
+    r = run_python("-c", code, env={"SGLANG_PASK_POLICY": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()[-4:]
+    assert lines == [str(MINIMAL_POLICY)] * 3 + ["None"]
+
+
+def test_plugin_registered_as_entry_point():
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert eps.get("pask") == "sglang_pask.srt.plugin:register"
