@@ -25,11 +25,30 @@ def tiny_random_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def pask_server():
+def pask_server(tmp_path_factory):
+    """The live server; ``srv.tag_log`` is the folder its ``--pask-tag-log`` writes to."""
     from sglang_pask.testing import running_server
 
-    with running_server(str(TINY_RANDOM), ["--pask-policy", str(MINIMAL_POLICY)]) as srv:
+    tag_log = tmp_path_factory.mktemp("tag-log")
+    args = ["--pask-policy", str(MINIMAL_POLICY), "--pask-tag-log", str(tag_log)]
+    with running_server(str(TINY_RANDOM), args) as srv:
+        srv.tag_log = str(tag_log)
         yield srv
+
+
+@pytest.fixture(scope="session")
+def no_whitespace_bias(tiny_random_model) -> dict[str, int]:
+    """logit_bias banning whitespace-only tokens. SGLang compiles tool-call structural tags with
+    xgrammar's default any_whitespace=True (--constrained-json-disable-any-whitespace does not
+    reach them), and a random model then emits whitespace inside the arguments until max_tokens."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_random_model))
+    ids = [i for i in range(len(tok)) if (t := tok.decode([i])) and not t.strip()]
+    assert ids
+    return {str(i): -100 for i in ids}
+
+
 
 
 def run_python(*args: str, env: dict | None = None, timeout: float = 120):

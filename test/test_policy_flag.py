@@ -63,3 +63,27 @@ def test_plugin_registered_as_entry_point():
 
     eps = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
     assert eps.get("pask") == "sglang_pask.srt.plugin:register"
+
+
+@pytest.mark.parametrize("with_policy", [False, True], ids=["no-policy", "policy"])
+def test_pask_hooks_only_with_policy(with_policy):
+    argv = ["--model-path", str(TINY_RANDOM)] + (["--pask-policy", str(MINIMAL_POLICY)] if with_policy else [])
+    code = (
+        "from sglang.srt.plugins import load_plugins\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "load_plugins()\n"
+        f"prepare_server_args({argv!r})\n"
+        "from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar\n"
+        "import sglang.srt.mem_cache.common as common\n"
+        "print(hasattr(XGrammarGrammar.accept_token, '__wrapped__'), hasattr(common.release_kv_cache, '__wrapped__'))\n"
+    )
+    r = run_python("-c", code, env={"SGLANG_PASK_POLICY": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == f"{with_policy} {with_policy}"
+
+
+def test_tag_log_needs_policy(tmp_path):
+    r = run_python("-m", "sglang_pask.launch_server", "--model-path", str(TINY_RANDOM),
+                   "--pask-tag-log", str(tmp_path))
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == "error: --pask-tag-log needs --pask-policy"

@@ -46,19 +46,6 @@ WEATHER_TOOL = {
 
 
 @pytest.fixture(scope="module")
-def no_whitespace_bias(tiny_random_model) -> dict[str, int]:
-    """logit_bias banning whitespace-only tokens. SGLang compiles tool-call structural tags with
-    xgrammar's default any_whitespace=True (--constrained-json-disable-any-whitespace does not
-    reach them), and a random model then emits whitespace inside the arguments until max_tokens."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tiny_random_model))
-    ids = [i for i in range(len(tok)) if (t := tok.decode([i])) and not t.strip()]
-    assert ids
-    return {str(i): -100 for i in ids}
-
-
-@pytest.fixture(scope="module")
 def client(pask_server):
     return openai.OpenAI(base_url=pask_server.base_url, api_key="none", timeout=120)
 

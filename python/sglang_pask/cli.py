@@ -70,4 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the registry of the importable module, where commands.py modules register.
+    from sglang_pask.cli import main as _main
+
+    sys.exit(_main())

@@ -10,6 +10,12 @@ carries the value to every process:
   survive pickling into subprocesses) and ``$SGLANG_PASK_POLICY`` (inherited by children, and the
   way to enable PASK for ``sglang.Engine``, which rejects unknown keyword arguments).
 
+With a policy, the PASK hooks (:mod:`.tag_hooks`) are registered too: in child processes at
+``register()`` (the variable is inherited), in the launcher once the flag is parsed (plugins load
+there before argument parsing, so the hooks are applied late; SGLang's registry propagates them to
+modules that imported the targets already). ``--pask-tag-log DIR`` (``$SGLANG_PASK_TAG_LOG``)
+makes them write each request's tags to DIR.
+
 Invariant: with no policy set, nothing else is hooked and SGLang behaves as stock.
 """
 
@@ -20,11 +26,13 @@ import logging
 import os
 
 from sglang_pask.policy import PolicyError, load_policy_document
+from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
 
 ENV_POLICY = "SGLANG_PASK_POLICY"
 FLAG = "--pask-policy"
+TAG_LOG_FLAG = "--pask-tag-log"
 
 _ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 _FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
@@ -40,6 +48,15 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
         help="sglang_pask: a PASK policy file (JSON, format pask-policy/1). "
         "Without it the plugin is inert.",
     )
+    parser.add_argument(
+        TAG_LOG_FLAG,
+        dest="pask_tag_log",
+        type=str,
+        default=None,
+        metavar="DIR",
+        help="sglang_pask (debug): with a policy, write each request's prompt and output structure "
+        "tags to JSON lines in DIR.",
+    )
 
 
 def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
@@ -52,6 +69,12 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
             raise SystemExit(f"error: {FLAG}: {e}") from None
         path = os.path.abspath(path)
         os.environ[ENV_POLICY] = path
+        tag_log = getattr(args, "pask_tag_log", None)
+        if tag_log:
+            os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
+        _enable_pask_hooks(apply_now=True)
+    elif getattr(args, "pask_tag_log", None):
+        raise SystemExit(f"error: {TAG_LOG_FLAG} needs {FLAG}")
     server_args = original(cls, args, *rest, **kwargs)
     if path:
         server_args._pask_policy = path
@@ -65,6 +88,23 @@ def active_policy_path(server_args=None) -> str | None:
     return path or os.environ.get(ENV_POLICY) or None
 
 
+_hooks_enabled = False
+
+
+def _enable_pask_hooks(apply_now: bool) -> None:
+    global _hooks_enabled
+    if _hooks_enabled:
+        return
+    _hooks_enabled = True
+    from sglang_pask.srt.tag_hooks import register_hooks
+
+    register_hooks()
+    if apply_now:
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        HookRegistry.apply_hooks()
+
+
 def register() -> None:
     """Entry point SGLang runs in every process. Only registers hooks; imports nothing heavy."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -73,6 +113,7 @@ def register() -> None:
     HookRegistry.register(_FROM_CLI_ARGS, _capture, HookType.AROUND)
     policy = os.environ.get(ENV_POLICY)
     if policy:
+        _enable_pask_hooks(apply_now=False)
         logger.info("sglang_pask: plugin loaded in pid %d with policy %s", os.getpid(), policy)
     else:
         logger.info("sglang_pask: plugin loaded in pid %d (no policy: inert)", os.getpid())

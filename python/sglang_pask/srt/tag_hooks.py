@@ -1,0 +1,128 @@
+"""Structure tags inside a running SGLang server (active only with a policy).
+
+* Prompt (HTTP process): AFTER ``OpenAIServingChat._convert_to_internal_request`` tags the
+  request as SGLang renders it (:mod:`.request_view`) and checks the token ids against the ones
+  SGLang will run; the request gets a rid here if it had none, so the record can be found.
+* Output (scheduler): AROUND ``XGrammarGrammar.accept_token`` / ``rollback`` feeds an output
+  tracker, kept on the per-request grammar object, the exact bytes of each accepted token
+  (xgrammar's decoded vocabulary); invariant: ``len(tracker) == len(grammar.accepted_tokens)``.
+  Which tracker: tool-call structural tags -> ``qwen3_tools``, JSON schemas -> ``json``.
+* Read-back: AROUND ``mem_cache.common.release_kv_cache`` writes the output record of a finished
+  request to the tag log (:mod:`.tag_log`).
+
+Tagging must never break serving: any tagging error disables tagging for that request and is
+logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from sglang_pask.srt import tag_log
+
+logger = logging.getLogger("sglang_pask")
+
+_CONVERT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request"
+_ACCEPT = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar.accept_token"
+_ROLLBACK = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar.rollback"
+_RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
+
+_TRACKER_BY_DISPATCH = {"structural_tag": "qwen3_tools", "json": "json"}
+_DISABLED = False  # sentinel stored on a grammar whose tagging failed
+_vocab_cache: dict[int, list[bytes]] = {}
+
+
+# --- prompt side (HTTP process) -------------------------------------------------------------
+
+def _prompt_tagger(serving):
+    tagger = getattr(serving, "_pask_prompt_tagger", None)
+    if tagger is None:
+        from sglang_pask.structure import make_prompt_tagger
+
+        tagger = serving._pask_prompt_tagger = make_prompt_tagger(serving.tokenizer_manager.tokenizer)
+    return tagger
+
+
+def after_convert(result, serving, request, *args, **kwargs):
+    adapted, _ = result
+    if adapted.rid is None:
+        adapted.rid = uuid.uuid4().hex
+    try:
+        from sglang_pask.srt.request_view import sglang_view
+
+        tags = _prompt_tagger(serving).tag(sglang_view(request))
+        notes = list(tags.notes)
+        if adapted.input_ids is not None and list(adapted.input_ids) != list(tags.token_ids):
+            notes.append("token ids differ from the ids SGLang runs")
+        tag_log.write("prompt", {"rid": adapted.rid, "part": "prompt", "token_ids": list(tags.token_ids),
+                                 "classes": [int(c) for c in tags.classes], "notes": notes})
+    except Exception as e:  # never fail a request because of tagging
+        logger.warning("sglang_pask: prompt tagging failed for %s: %r", adapted.rid, e)
+    return None
+
+
+# --- output side (scheduler) ----------------------------------------------------------------
+
+def _decoded_vocab(grammar) -> list[bytes]:
+    info = grammar.ctx.tokenizer_info
+    vocab = _vocab_cache.get(id(info))
+    if vocab is None:
+        vocab = _vocab_cache[id(info)] = list(info.decoded_vocab)
+    return vocab
+
+
+def _tracker(grammar):
+    tracker = getattr(grammar, "_pask_tracker", None)
+    if tracker is None:
+        from sglang_pask.structure import make_tracker
+
+        stats = getattr(grammar, "grammar_stats", None)
+        name = _TRACKER_BY_DISPATCH.get(getattr(stats, "dispatch_type", None), "qwen3_tools")
+        tracker = grammar._pask_tracker = make_tracker(name)
+    return tracker
+
+
+def around_accept(original, grammar, token: int):
+    before = len(grammar.accepted_tokens)
+    result = original(grammar, token)
+    if getattr(grammar, "_pask_tracker", None) is _DISABLED or len(grammar.accepted_tokens) == before:
+        return result
+    try:
+        tracker = _tracker(grammar)
+        vocab = _decoded_vocab(grammar)
+        tracker.feed(vocab[token] if 0 <= token < len(vocab) else b"")
+    except Exception as e:
+        grammar._pask_tracker = _DISABLED
+        logger.warning("sglang_pask: output tagging disabled for a request: %r", e)
+    return result
+
+
+def around_rollback(original, grammar, k: int):
+    result = original(grammar, k)
+    tracker = getattr(grammar, "_pask_tracker", None)
+    if tracker is not None and tracker is not _DISABLED and k > 0:
+        tracker.rollback(min(k, len(tracker)))
+    return result
+
+
+def around_release(original, req, *args, **kwargs):
+    result = original(req, *args, **kwargs)
+    grammar = getattr(req, "grammar", None)
+    tracker = getattr(grammar, "_pask_tracker", None) if grammar is not None else None
+    if tracker is not None and tracker is not _DISABLED and req.finished() and tag_log.tag_log_dir():
+        tag_log.write("output", {
+            "rid": req.rid, "part": "output", "output_ids": list(req.output_ids),
+            "token_ids": list(grammar.accepted_tokens), "classes": [int(c) for c in tracker.classes],
+            "stable": tracker.stable,
+        })
+    return result
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(_CONVERT, after_convert, HookType.AFTER)
+    HookRegistry.register(_ACCEPT, around_accept, HookType.AROUND)
+    HookRegistry.register(_ROLLBACK, around_rollback, HookType.AROUND)
+    HookRegistry.register(_RELEASE, around_release, HookType.AROUND)
