@@ -24,10 +24,10 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 # Idempotent: reruns only when the pins or the package metadata change.
-$(STAMP): requirements/cpu.txt requirements/test.txt requirements/build.txt setup.py
+$(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --no-deps -r requirements/build.txt
-	$(PIP) install -q --no-deps $(TORCH) $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/test.txt
+	$(PIP) install -q --no-deps $(TORCH) $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/eval.txt -r requirements/test.txt
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	$(PY) -m sglang_pask.cpu_shim.install_pth
 	$(PY) -m sglang_pask.cli env

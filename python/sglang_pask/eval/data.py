@@ -1,0 +1,123 @@
+"""Evaluation entries: BFCL's 8 AST categories from the installed bfcl-eval, synthetic sets, files.
+
+An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer``. Data specs
+(the ``--data`` flag):
+
+  ``bfcl:all``                          the 8 AST categories
+  ``bfcl:simple_python,live_multiple``  a comma list of them
+  ``synthetic:SPLIT:N[:PROFILE]``       N generated entries of split train|calib|eval (synthetic.py)
+  ``file:PATH``                         a directory written by ``synthetic.write_dataset`` (or any
+                                        ``<category>.jsonl`` + ``possible_answer/<category>.jsonl``)
+
+BFCL files are JSON Lines aligned by line index with their possible_answer file (ids checked).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+__all__ = [
+    "Entry",
+    "BFCL_CATEGORIES",
+    "NON_LIVE",
+    "LIVE",
+    "load_bfcl",
+    "load_dir",
+    "load_spec",
+    "entry_from_bfcl",
+]
+
+NON_LIVE = ("simple_python", "multiple", "parallel", "parallel_multiple")
+LIVE = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
+BFCL_CATEGORIES = NON_LIVE + LIVE
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    category: str  # drives the checker's dispatch (substrings "parallel" / "multiple")
+    messages: tuple  # the single turn: ({"role", "content"}, ...)
+    functions: tuple  # raw BFCL function docs
+    ground_truth: tuple  # [{func: {param: [allowed...]}}]
+
+
+def entry_from_bfcl(prompt: dict, answer: dict, category: str) -> Entry:
+    """Join one prompt row with its possible_answer row; both must carry the same id."""
+    if prompt.get("id") != answer.get("id"):
+        raise ValueError(f"{category}: prompt id {prompt.get('id')!r} != answer id {answer.get('id')!r}")
+    turns = prompt["question"]
+    if len(turns) != 1:
+        raise ValueError(f"{prompt['id']}: {len(turns)} turns; only single-turn entries are supported")
+    return Entry(
+        id=prompt["id"],
+        category=category,
+        messages=tuple(turns[0]),
+        functions=tuple(prompt["function"]),
+        ground_truth=tuple(answer["ground_truth"]),
+    )
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _bfcl_data_dir() -> Path:
+    return Path(str(resources.files("bfcl_eval") / "data"))
+
+
+def load_bfcl(categories: list[str] | tuple[str, ...] = BFCL_CATEGORIES) -> list[Entry]:
+    """Entries of the given BFCL AST categories, in category then file order."""
+    try:
+        data = _bfcl_data_dir()
+    except ModuleNotFoundError as e:
+        raise RuntimeError("bfcl-eval is not installed: pip install --no-deps -r requirements/eval.txt") from e
+    out: list[Entry] = []
+    for cat in categories:
+        if cat not in BFCL_CATEGORIES:
+            raise ValueError(f"unknown BFCL category {cat!r}; known: {', '.join(BFCL_CATEGORIES)}")
+        prompts = _jsonl(data / f"BFCL_v4_{cat}.json")
+        answers = _jsonl(data / "possible_answer" / f"BFCL_v4_{cat}.json")
+        if len(prompts) != len(answers):
+            raise ValueError(f"{cat}: {len(prompts)} prompts but {len(answers)} answers")
+        out.extend(entry_from_bfcl(p, a, cat) for p, a in zip(prompts, answers))
+    return out
+
+
+def load_dir(path: str | Path) -> list[Entry]:
+    """Entries from ``<dir>/<category>.jsonl`` + ``<dir>/possible_answer/<category>.jsonl``."""
+    root = Path(path)
+    files = sorted(root.glob("*.jsonl"))
+    if not files:
+        raise ValueError(f"{root}: no <category>.jsonl files")
+    out: list[Entry] = []
+    for f in files:
+        cat = f.stem
+        prompts, answers = _jsonl(f), _jsonl(root / "possible_answer" / f.name)
+        if len(prompts) != len(answers):
+            raise ValueError(f"{f}: {len(prompts)} prompts but {len(answers)} answers")
+        out.extend(entry_from_bfcl(p, a, cat) for p, a in zip(prompts, answers))
+    return out
+
+
+def load_spec(spec: str) -> list[Entry]:
+    """Entries for one ``--data`` spec (see the module docstring)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "bfcl":
+        if rest in ("", "all"):
+            return load_bfcl()
+        return load_bfcl([c.strip() for c in rest.split(",") if c.strip()])
+    if kind == "synthetic":
+        from sglang_pask.eval import synthetic
+
+        parts = rest.split(":")
+        if len(parts) not in (2, 3) or not parts[1].isdigit():
+            raise ValueError(f"bad spec {spec!r}: expected synthetic:SPLIT:N[:PROFILE]")
+        profile = parts[2] if len(parts) == 3 else "bfcl_like"
+        return synthetic.generate(split=parts[0], n=int(parts[1]), profile=profile)
+    if kind == "file":
+        return load_dir(rest)
+    raise ValueError(f"bad data spec {spec!r}: expected bfcl:..., synthetic:SPLIT:N or file:DIR")

@@ -1,0 +1,90 @@
+"""Backend for any OpenAI-compatible server (e.g. ``make serve``): chat completions with tools.
+
+The server applies its chat template and its tool-call parser; the response's ``tool_calls`` and
+text content both come back raw and are decoded by the harness. Connection failures and timeouts
+(after the client's retries) are fatal (BackendError); an HTTP error status for one request is
+that entry's failure (EntryError ``http_<status>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from sglang_pask.eval.base import Backend, BackendError, EntryError, Generation, Request
+
+__all__ = ["OpenAIBackend"]
+
+
+class OpenAIBackend(Backend):
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str = "EMPTY",
+        timeout_s: float = 600.0,
+        max_retries: int = 2,
+    ):
+        import openai
+
+        self._openai = openai
+        self.base_url = base_url
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+        self.timeout_s = timeout_s
+        self.model = model or self._first_model()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "OpenAIBackend":
+        if not getattr(args, "base_url", None):
+            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:30000/v1)")
+        return cls(
+            args.base_url,
+            getattr(args, "model", None),
+            getattr(args, "api_key", None) or "EMPTY",
+            getattr(args, "request_timeout", 600.0),
+        )
+
+    def _first_model(self) -> str:
+        try:
+            models = self.client.models.list().data
+        except (self._openai.APIConnectionError, self._openai.APITimeoutError) as e:
+            raise BackendError(f"cannot reach the server at {self.base_url}: {e}") from None
+        except self._openai.APIStatusError as e:
+            raise BackendError(f"{self.base_url}/models answered HTTP {e.status_code}") from None
+        if not models:
+            raise BackendError(f"{self.base_url}/models lists no model; pass --model")
+        return models[0].id
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "base_url": self.base_url, "model": self.model}
+
+    def generate(self, request: Request) -> Generation:
+        o = self._openai
+        t0 = time.perf_counter()
+        try:
+            resp = self.client.chat.completions.create(
+                model=self.model,
+                messages=list(request.messages),
+                tools=list(request.tools),
+                tool_choice=request.tool_choice,
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                extra_body={"chat_template_kwargs": {"enable_thinking": request.enable_thinking}},
+            )
+        except (o.APIConnectionError, o.APITimeoutError) as e:
+            raise BackendError(f"server at {self.base_url} stopped answering ({type(e).__name__}: {e})") from None
+        except o.APIStatusError as e:
+            raise EntryError(f"http_{e.status_code}", str(e)[:500]) from None
+        choice = resp.choices[0]
+        msg = choice.message
+        tool_calls = [tc.model_dump() for tc in (msg.tool_calls or [])] or None
+        usage = resp.usage.model_dump() if resp.usage else {}
+        meta = {
+            "finish_reason": choice.finish_reason,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "latency_s": round(time.perf_counter() - t0, 4),
+        }
+        return Generation(text=msg.content, tool_calls=tool_calls, meta=meta)
