@@ -328,15 +328,18 @@ def _split_of(query: str) -> str:
     return SPLITS[int(hashlib.sha256(query.encode()).hexdigest(), 16) % len(SPLITS)]
 
 
-def generate_rows(split: str, n: int, profile: str = "bfcl_like", **knobs) -> list[tuple[str, dict, dict]]:
-    """``n`` entries of ``split`` as ``(category, prompt_row, answer_row)`` in BFCL's format."""
+def generate_rows(
+    split: str, n: int, profile: str = "bfcl_like", *, start: int = 0, **knobs
+) -> list[tuple[str, dict, dict]]:
+    """Entries ``start .. start+n-1`` of ``split`` as ``(category, prompt_row, answer_row)`` in
+    BFCL's format (entry ``i`` is the same whatever ``start`` and ``n``)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
-    if not 0 <= n < 10**8:
-        raise ValueError(f"n={n} out of range")
+    if not (0 <= n and 0 <= start and start + n <= 10**8):
+        raise ValueError(f"entries {start}..{start + n - 1} out of range")
     cfg = make_config(profile, **knobs)
     rows = []
-    for i in range(n):
+    for i in range(start, start + n):
         category = cfg.categories[i % len(cfg.categories)]
         for attempt in range(1000):
             rng = random.Random(f"pask-synth/{cfg.profile}/{cfg.seed}/{SPLIT_OFFSET[split] + i}/{attempt}")
@@ -351,9 +354,9 @@ def generate_rows(split: str, n: int, profile: str = "bfcl_like", **knobs) -> li
     return rows
 
 
-def generate(split: str, n: int, profile: str = "bfcl_like", **knobs) -> list[Entry]:
+def generate(split: str, n: int, profile: str = "bfcl_like", *, start: int = 0, **knobs) -> list[Entry]:
     """Like :func:`generate_rows`, as harness entries."""
-    return [entry_from_bfcl(p, a, c) for c, p, a in generate_rows(split, n, profile, **knobs)]
+    return [entry_from_bfcl(p, a, c) for c, p, a in generate_rows(split, n, profile, start=start, **knobs)]
 
 
 def write_dataset(out_dir: str | Path, split: str, n: int, profile: str = "bfcl_like", **knobs) -> list[Path]:

@@ -23,12 +23,31 @@ TAG_TOKENS = (
 )
 
 
-def chat_template() -> str:
-    """The Qwen3-style tools chat template shipped with the package."""
-    return resources.files("sglang_pask.tiny").joinpath("qwen3_tools.jinja").read_text()
+#: Short tools header/footer of the compact template variant (tools still one JSON per line).
+COMPACT_HEADER = "# Tools\n<tools>"
+COMPACT_FOOTER = "\n</tools><|im_end|>\n"
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int):
+def chat_template(compact: bool = False) -> str:
+    """The Qwen3-style tools chat template shipped with the package; ``compact`` replaces Qwen3's
+    tool-use instructions with a two-line header (same tool and call formats)."""
+    text = resources.files("sglang_pask.tiny").joinpath("qwen3_tools.jinja").read_text()
+    if compact:
+        lines = text.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if line.startswith("{%- set tools_header = "):
+                lines[i] = "{%- set tools_header = " + _jinja_str(COMPACT_HEADER) + " %}\n"
+            elif line.startswith("{%- set tools_footer = "):
+                lines[i] = "{%- set tools_footer = " + _jinja_str(COMPACT_FOOTER) + " %}\n"
+        text = "".join(lines)
+    return text
+
+
+def _jinja_str(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, compact_template: bool = False):
     """Train a byte-level BPE whose total size (with special and tag tokens) is at most
     ``vocab_size``; return a ``transformers.PreTrainedTokenizerFast`` with the chat template set."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -53,6 +72,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
         clean_up_tokenization_spaces=False,
         model_max_length=4096,
     )
-    fast.chat_template = chat_template()
+    fast.chat_template = chat_template(compact_template)
     assert len(fast) <= vocab_size, (len(fast), vocab_size)
     return fast

@@ -1,0 +1,56 @@
+"""Training examples for pask-tiny-fc: synthetic entries rendered exactly as the server sees them.
+
+An example is ``(prompt_ids, answer_ids)``: the prompt is the chat template applied to the SGLang
+view of the request (:func:`sglang_pask.srt.request_view.sglang_view`, so training prompts equal
+serving prompts token for token), the answer is the gold call(s) as Qwen3 ``<tool_call>`` blocks
+followed by ``<|im_end|>``. Tool names use the OpenAI-safe names of
+:func:`~sglang_pask.eval.bfcl_tools.bfcl_to_openai_tools`, as the model will see them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
+from sglang_pask.eval.data import Entry
+from sglang_pask.eval.decode import render_tool_calls
+from sglang_pask.eval.synthetic import generate
+from sglang_pask.eval.testing import gold_calls
+
+END = "<|im_end|>"
+
+
+def request_body(entry: Entry) -> tuple[dict, dict[str, str]]:
+    """The OpenAI chat request an eval backend sends for ``entry`` (tools in OpenAI format)."""
+    tools, name_map = bfcl_to_openai_tools(list(entry.functions))
+    return {"messages": [dict(m) for m in entry.messages], "tools": tools}, name_map
+
+
+def answer_text(entry: Entry, name_map: dict[str, str]) -> str:
+    to_openai = {bfcl: oa for oa, bfcl in name_map.items()}
+    calls = [{to_openai[name]: args} for c in gold_calls(list(entry.ground_truth), list(entry.functions))
+             for name, args in c.items()]
+    return render_tool_calls(calls) + END
+
+
+def render(tokenizer, entry: Entry) -> tuple[str, str]:
+    """(prompt text, answer text) for one entry."""
+    from sglang_pask.srt.request_view import sglang_view
+
+    body, name_map = request_body(entry)
+    view = sglang_view(body)
+    prompt = tokenizer.apply_chat_template(view["messages"], tools=view["tools"], tokenize=False,
+                                           add_generation_prompt=True)
+    return prompt, answer_text(entry, name_map)
+
+
+def encode(tokenizer, entry: Entry) -> tuple[list[int], list[int]]:
+    prompt, answer = render(tokenizer, entry)
+    return (tokenizer(prompt, add_special_tokens=False)["input_ids"],
+            tokenizer(answer, add_special_tokens=False)["input_ids"])
+
+
+def stream(split: str, start: int, n: int, profile: str = "tiny", chunk: int = 512) -> Iterator[Entry]:
+    """Entries ``start .. start+n-1`` of a split, generated lazily in chunks."""
+    for s in range(start, start + n, chunk):
+        yield from generate(split, min(chunk, start + n - s), profile=profile, start=s)
