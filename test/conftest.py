@@ -1,5 +1,5 @@
 """Shared fixtures. The live server is session-scoped: one real SGLang server (tiny random model,
-the plugin with the minimal policy) serves every test that asks for ``pask_server``."""
+the plugin with the default prior policy) serves every test that asks for ``pask_server``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"
-MINIMAL_POLICY = ROOT / "policies" / "minimal.json"
+DEFAULT_POLICY = ROOT / "policies" / "tiny-random-qwen3.prior.json"
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def pask_server(tmp_path_factory):
     from sglang_pask.testing import running_server
 
     tag_log = tmp_path_factory.mktemp("tag-log")
-    args = ["--pask-policy", str(MINIMAL_POLICY), "--pask-tag-log", str(tag_log)]
+    args = ["--pask-policy", str(DEFAULT_POLICY), "--pask-tag-log", str(tag_log)]
     with running_server(str(TINY_RANDOM), args) as srv:
         srv.tag_log = str(tag_log)
         yield srv

@@ -1,14 +1,19 @@
-"""Reading a policy document and checking its envelope.
+"""Reading and writing policy files: the envelope, the schema, and the binding to a model.
 
 Every failure is a :class:`PolicyError` whose message is one line naming the file and the problem,
-so a server refusing to start says exactly why.
+so a server refusing to start says exactly why. Checks run in order: envelope
+(:func:`load_policy_document`: exists, JSON object, known ``"format"``), schema
+(:class:`~.schema.Policy`), binding (shape, then config fingerprint, against ``model_dir``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglang_pask.policy.schema import Policy
 
 #: The only policy format this release understands.
 FORMAT = "pask-policy/1"
@@ -47,3 +52,62 @@ def load_policy_document(path: str | os.PathLike) -> dict[str, Any]:
             f"policy file {path!r} has unknown format {fmt!r} (supported: {', '.join(SUPPORTED_FORMATS)})"
         )
     return doc
+
+
+def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = None) -> "Policy":
+    """Read and validate a policy; with ``model_dir``, also check it is bound to that model (its
+    shape, then its config fingerprint). Raises :class:`PolicyError` (one line)."""
+    from pydantic import ValidationError
+
+    from sglang_pask.policy.schema import Policy, describe
+
+    path = os.fspath(path)
+    doc = load_policy_document(path)
+    try:
+        policy = Policy.model_validate(doc)
+    except ValidationError as e:
+        raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
+    if model_dir is not None:
+        check_binding(policy, model_dir, what=f"policy file {path!r}")
+    return policy
+
+
+def check_binding(policy: "Policy", model_dir: str | os.PathLike, what: str = "policy") -> None:
+    """Raise :class:`PolicyError` unless ``policy`` is bound to the model at ``model_dir``."""
+    from sglang_pask.policy.binding import BindingError, ModelBinding
+
+    model_dir = os.fspath(model_dir)
+    try:
+        have = ModelBinding.from_model(model_dir)
+    except BindingError as e:
+        raise PolicyError(f"{what}: cannot check its model binding: {e}") from None
+    want = policy.model
+    if (want.num_layers, want.num_kv_heads, want.head_dim, want.vocab_size) != (
+        have.num_layers, have.num_kv_heads, have.head_dim, have.vocab_size
+    ):
+        raise PolicyError(f"{what} is for a model of shape {want.shape()}, but model {model_dir!r} "
+                          f"has shape {have.shape()}")
+    if want.fingerprint != have.fingerprint:
+        raise PolicyError(f"{what} is for config fingerprint {want.fingerprint}, but model "
+                          f"{model_dir!r} has {have.fingerprint} (same shape {have.shape()}, "
+                          "other architecture fields)")
+
+
+def save_policy(policy: "Policy", path: str | os.PathLike) -> None:
+    """Write ``policy`` as indented JSON (stable key order: the schema's field order; a list of
+    scalars on one line)."""
+    text = _dumps(policy.model_dump(mode="json")) + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _dumps(v: Any, indent: str = "") -> str:
+    inner = indent + "  "
+    if isinstance(v, dict) and v:
+        if all(not isinstance(x, (dict, list)) for x in v.values()) and len(v) <= 8:
+            return json.dumps(v)
+        items = ",\n".join(f"{inner}{json.dumps(k)}: {_dumps(x, inner)}" for k, x in v.items())
+        return "{\n" + items + "\n" + indent + "}"
+    if isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+        return "[\n" + ",\n".join(inner + _dumps(x, inner) for x in v) + "\n" + indent + "]"
+    return json.dumps(v)

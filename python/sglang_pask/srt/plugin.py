@@ -5,10 +5,12 @@ SGLang calls :func:`register` in every process it starts (launcher, scheduler, d
 carries the value to every process:
 
 * ``ServerArgs.add_cli_args`` (AFTER): adds the flag to the parser SGLang builds.
-* ``ServerArgs.from_cli_args`` (AROUND): validates the file (fail fast, one line, before any
-  process is spawned) and records the path as ``server_args._pask_policy`` (underscore attributes
-  survive pickling into subprocesses) and ``$SGLANG_PASK_POLICY`` (inherited by children, and the
-  way to enable PASK for ``sglang.Engine``, which rejects unknown keyword arguments).
+* ``ServerArgs.from_cli_args`` (AROUND): validates the file -- envelope, the full policy schema,
+  and its binding to the served model's ``config.json`` (shape, then fingerprint) -- failing fast
+  with one line before any process is spawned; then records the path as
+  ``server_args._pask_policy`` (underscore attributes survive pickling into subprocesses) and
+  ``$SGLANG_PASK_POLICY`` (inherited by children, and the way to enable PASK for
+  ``sglang.Engine``, which rejects unknown keyword arguments).
 
 With a policy, the PASK hooks (:mod:`.tag_hooks`) are registered too: in child processes at
 ``register()`` (the variable is inherited), in the launcher once the flag is parsed (plugins load
@@ -25,7 +27,7 @@ import argparse
 import logging
 import os
 
-from sglang_pask.policy import PolicyError, load_policy_document
+from sglang_pask.policy import PolicyError, load_policy
 from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
@@ -63,7 +65,7 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     path = getattr(args, "pask_policy", None)
     if path:
         try:
-            load_policy_document(path)
+            load_policy(path, model_dir=getattr(args, "model_path", None))
         except PolicyError as e:
             # SystemExit with a message: one line on stderr, exit status 1, nothing spawned.
             raise SystemExit(f"error: {FLAG}: {e}") from None

@@ -1,0 +1,105 @@
+"""The ``pask`` attention function: causal by *stored logical positions*, per layer.
+
+transformers builds one mask per layer type from one layer's sizes, which breaks any ``q_len > 1``
+forward once layers hold different numbers of slots (research/engine.md §3.3). Registered under
+:data:`NAME`, this function is absent from transformers' mask registry, so the model passes no mask
+and the function builds its own: query ``i`` (logical position ``position_ids[0, i]``) may read
+stored slot ``j`` iff ``positions[j] <= position_ids[0, i]``. It reads the layer's positions from
+the :class:`~.cache.PrunableCache` passed as the ``pask_cache`` forward kwarg (without one, the
+keys are taken to be the contiguous positions ending at the last query: plain causal attention).
+
+When the cache asks for statistics it runs eager attention (query chunks of :data:`CHUNK`) and
+records, per layer, the softmax probabilities summed over all query heads (see cache.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+NAME = "pask"
+CHUNK = 256  # queries per eager block when recording statistics (bounds [H, CHUNK, n] memory)
+
+
+def _key_positions(kwargs, layer_idx: int, n: int, qpos: torch.Tensor) -> tuple[torch.Tensor, object]:
+    cache = kwargs.get("pask_cache")
+    if cache is None:
+        return torch.arange(n, device=qpos.device) + (qpos[-1] + 1 - n), None
+    lay = cache.layers[layer_idx]
+    if lay.positions.shape[0] != n:
+        raise RuntimeError(f"layer {layer_idx}: {n} keys but {lay.positions.shape[0]} stored positions")
+    return lay.positions, lay
+
+
+def pask_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """query ``[1, Hq, q, D]``; key/value ``[1, Hkv, n, D]`` (every stored slot of this layer,
+    the new ones included). Returns ``([1, q, Hq, D], None)``."""
+    if query.shape[0] != 1:
+        raise ValueError("the pask attention function serves batch size 1")
+    qpos = kwargs.get("position_ids")
+    if qpos is None:
+        raise ValueError("the pask attention function needs explicit position_ids")
+    qpos = qpos[0].to(query.device)
+    n = key.shape[-2]
+    kpos, lay = _key_positions(kwargs, module.layer_idx, n, qpos)
+    allow = kpos[None, :] <= qpos[:, None]  # [q, n]
+    cache = kwargs.get("pask_cache")
+    if cache is not None and cache.stats is not None:
+        out = _eager_recording(query, key, value, allow, scaling, lay, cache)
+    else:
+        # Fast paths: every key visible (decode), or a fresh causal prefill (keys == queries).
+        causal = query.shape[2] == n and bool(torch.equal(kpos, qpos))
+        mask = None if causal or bool(allow.all()) else allow
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                             is_causal=causal and n > 1,
+                                             enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _eager_recording(query, key, value, allow, scaling, lay, cache) -> torch.Tensor:
+    hq, hkv = query.shape[1], key.shape[1]
+    k = key.repeat_interleave(hq // hkv, dim=1)
+    v = value.repeat_interleave(hq // hkv, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    outs, rows = [], []
+    for s in range(0, query.shape[2], CHUNK):
+        q = query[:, :, s:s + CHUNK]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # [1, Hq, c, n]
+        scores = scores.masked_fill(~allow[s:s + CHUNK], float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1)
+        outs.append(torch.matmul(probs.to(v.dtype), v))
+        rows.append(probs[0].sum(0))  # [c, n], summed over query heads
+    _record(lay, cache, torch.cat(rows), key.shape[-2])
+    return torch.cat(outs, dim=2)
+
+
+def _record(lay, cache, rows: torch.Tensor, n: int) -> None:
+    """Fold this forward's per-query rows ``[q, n]`` into the layer's statistics."""
+    if cache.stats == "accumulated":
+        acc = lay.accumulated if lay.accumulated is not None else rows.new_zeros(0)
+        lay.accumulated = F.pad(acc, (0, n - acc.shape[0])) + rows.sum(0)
+    elif cache.stats == "window":
+        old = lay.window_rows if lay.window_rows is not None else rows.new_zeros(0, n)
+        old = F.pad(old, (0, n - old.shape[1]))
+        lay.window_rows = torch.cat([old, rows])[-cache.window_size:].contiguous()
+
+
+def register() -> str:
+    """Register :func:`pask_attention` with transformers (idempotent); returns its name."""
+    AttentionInterface.register(NAME, pask_attention)
+    return NAME
+
+
+def use_pask_attention(model) -> None:
+    """Switch ``model`` (a transformers PreTrainedModel) to the ``pask`` attention function.
+    Only full-attention layers are supported (the function applies no sliding window)."""
+    kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise NotImplementedError(f"the pask attention function serves full attention only; "
+                                  f"this model has layer types {sorted(kinds)}")
+    register()
+    try:
+        model.set_attn_implementation(NAME)
+    except (ValueError, AttributeError):
+        model.config._attn_implementation = NAME

@@ -1,0 +1,112 @@
+"""``pask generate``: run one chat request through the reference runner with a KV method."""
+
+from __future__ import annotations
+
+import argparse
+
+from sglang_pask.cli import command
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory (HF format)")
+    p.add_argument("--request", required=True, help="an OpenAI chat request body (JSON file)")
+    from sglang_pask.methods import METHODS  # light: the registry (numpy only), no model code
+
+    p.add_argument("--method", default="full", choices=sorted(METHODS), help="KV method")
+    p.add_argument("--budget", type=float, default=None,
+                   help="KV budget in (0, 1] (default: full 1.0, pask the policy's)")
+    p.add_argument("--policy", default=None, help="policy file (methods that use one)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the request's max_tokens / max_completion_tokens, else 128")
+    p.add_argument("--compress-every", type=int, default=None,
+                   help="decode steps between budget checks (default: the method's interval); "
+                        "compression also runs at prefill end, always only when over budget")
+    p.add_argument("--no-constrain", action="store_true", help="ignore tools/response_format grammars")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--show-kept", action="store_true",
+                   help="show, per layer group, which tokens survived (the `pask tag` views)")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text")
+
+
+@command("generate", "generate for a chat request with the reference runner under a KV method", _setup)
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    try:
+        with open(args.request, encoding="utf-8") as f:
+            request = json.load(f)
+        if not isinstance(request, dict):
+            raise ValueError("the request must be a JSON object (an OpenAI chat request body)")
+    except (OSError, ValueError) as e:
+        print(f"pask generate: cannot read request {args.request}: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    from sglang_pask.hf.runner import Runner
+    from sglang_pask.policy import PolicyError
+    from sglang_pask.structure import ToolSchemaError
+
+    max_new = args.max_new_tokens or request.get("max_completion_tokens") or request.get("max_tokens") or 128
+    try:
+        runner = Runner(args.model, method=args.method, budget=args.budget, policy=args.policy,
+                        compress_every=args.compress_every, constrain=not args.no_constrain,
+                        dtype=getattr(torch, args.dtype))
+        res = runner.generate(request, max_new_tokens=int(max_new))
+    except (ToolSchemaError, PolicyError, ValueError, KeyError) as e:
+        print(f"pask generate: {e}", file=sys.stderr)
+        return 2
+    rows = _kept_rows(runner, request, res) if args.show_kept else None
+    if args.format == "json":
+        obj = res.to_json()
+        if rows is not None:
+            obj["kept_tokens"] = {g: [r for r in rs if r["i"] >= 0] for g, rs in rows.items()}
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
+    from sglang_pask.structure.render import as_html, as_text
+
+    if args.format == "html":
+        sys.stdout.write(as_html(sum(rows.values(), []) if rows else [], title="pask generate"))
+        return 0
+    print(res.text)
+    for call in res.tool_calls or []:
+        print(f"tool_call: {json.dumps(call['function'], ensure_ascii=False)}")
+    held = sum(len(r) for r in res.retained)
+    total = runner.num_layers * (len(res.prompt_ids) + max(res.tokens - 1, 0))
+    print(f"-- {res.tokens} tokens, finish {res.finish_reason}, method {args.method} at budget "
+          f"{runner.budget:g}: {held} of {total} token-layer slots held", file=sys.stderr)
+    if rows:
+        sys.stdout.write(as_text(sum(rows.values(), [])))
+    return 0
+
+
+
+def _kept_rows(runner, request: dict, res) -> dict[str, list[dict]]:
+    """Per group: the `pask tag` rows of the tokens its first layer still holds, a ``⋯`` row
+    (``i = -1``) standing for each run of dropped tokens."""
+    from sglang_pask.structure import tracker_for_request
+    from sglang_pask.structure.render import rows as tag_rows
+    from sglang_pask.structure.token_bytes import tag_output_ids
+
+    tags = runner.tagger.tag(request)
+    P = len(tags.token_ids)
+    fed = res.token_ids[:max(res.tokens - 1, 0)]
+    text, offsets = tag_output_ids(runner.tokenizer, fed, tracker_for_request(request))
+    all_rows = (tag_rows("prompt", tags.text, tags.offsets, res.classes[:P])
+                + tag_rows("output", text, offsets, res.classes[P:P + len(fed)], first=P))
+    out = {}
+    for g, layers in enumerate(runner.groups):
+        keep = set(res.retained[layers[0]].tolist())
+        span = f"layers {layers[0]}-{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
+        head = f"group {g} ({span}): {len(keep)} of {len(all_rows)} kept"
+        rs, gap = [], False
+        for r in all_rows:
+            part = f"{head}, {r['part']}"
+            if r["i"] in keep:
+                rs.append(dict(r, part=part))
+                gap = False
+            elif not gap:
+                rs.append({"i": -1, "token": "⋯", "start": -1, "end": -1, "class": "OTHER", "part": part})
+                gap = True
+        out[str(g)] = rs
+    return out

@@ -1,0 +1,268 @@
+"""The reference runner: a manual prefill/decode loop over a transformers model with a
+:class:`~.cache.PrunableCache`, the ``pask`` attention function, xgrammar constraints and the
+structure taggers feeding a :class:`~sglang_pask.methods.KVMethod`.
+
+Loop (batch 1, greedy unless ``temperature > 0``)::
+
+    prefill prompt (positions 0..P-1) -> compress if over budget
+    repeat: mask logits (grammar) -> pick token -> accept (grammar) -> stop? -> tracker.feed
+            -> forward token at position seq_len -> when due (every ``compress_every`` or the
+               method's ``interval`` steps): compress if
+               the cache holds more than floor(b * L * seq_len) slots
+
+Invariants: position ids are logical (``seq_len`` so far), never the cache length; a compression
+happens only after a forward, so the token just written (``protected_tail = 1``) was read by its
+own step and is kept; ``CacheView.classes`` covers every logical position (prompt tags + tracker).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
+
+from .attention import use_pask_attention
+from .cache import PrunableCache
+from .result import Compression, Result, parse_tool_calls
+
+PROTECTED_TAIL = 1
+
+
+def default_groups(num_layers: int, max_groups: int = 6) -> list[list[int]]:
+    """Consecutive layers split into ``min(L, max_groups)`` near-equal groups."""
+    n = min(num_layers, max_groups)
+    bounds = np.linspace(0, num_layers, n + 1).round().astype(int)
+    return [list(range(bounds[g], bounds[g + 1])) for g in range(n)]
+
+
+def make_kv_method(name: str, budget: Optional[float], policy=None, **options) -> KVMethod:
+    """A registered method by name (the methods registry, imported on first use)."""
+    from sglang_pask.methods import make_method
+
+    return make_method(name, budget, policy=policy, **options)
+
+
+class Runner:
+    """Generate for OpenAI chat request bodies with one KV method at one budget.
+
+    ``model``: a model directory (loaded in ``dtype``) or a loaded causal LM (then ``tokenizer``
+    is required). ``policy``: a loaded policy, a policy file (checked against ``model``'s
+    binding when ``model`` is a directory) or None. ``method``: a registry name (built with
+    ``budget``, ``policy``, ``method_options``) or a :class:`KVMethod` instance. ``groups``:
+    layer groups (default: the policy's, else :func:`default_groups`). ``compress_every``:
+    decode steps between budget checks (default: the method's ``interval``, via
+    ``KVMethod.due``). ``dtype``/``device``: for a model loaded from a directory. Not
+    thread-safe: one generation at a time.
+    """
+
+    def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
+                 method: Union[str, KVMethod] = "full", budget: Optional[float] = None, policy=None, *,
+                 compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
+                 constrain: bool = True, dtype: torch.dtype = torch.float32,
+                 device: Optional[str] = None, method_options: Optional[dict] = None):
+        if compress_every is not None and compress_every < 1:
+            raise ValueError(f"compress_every must be >= 1, got {compress_every}")
+        model_dir = str(model) if isinstance(model, (str, os.PathLike)) else None
+        if model_dir is None and tokenizer is None:
+            raise ValueError("a tokenizer is required with a loaded model")
+        if isinstance(policy, (str, os.PathLike)):
+            from sglang_pask.policy import load_policy
+
+            policy = load_policy(policy, model_dir=model_dir)
+        self.policy = policy
+        if isinstance(method, KVMethod):  # the method first: a bad name fails before loading
+            self.method = method
+        else:
+            self.method = make_kv_method(method, budget, policy=policy, **(method_options or {}))
+        if model_dir is not None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_dir)
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+            if device is not None:
+                model = model.to(device)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        use_pask_attention(self.model)
+        self.num_layers = int(model.config.num_hidden_layers)
+        self.budget = self.method.budget
+        policy = policy if policy is not None else getattr(self.method, "policy", None)
+        pol_groups = getattr(policy, "groups", None) if policy is not None else None
+        self.groups = [list(g) for g in (groups or pol_groups or default_groups(self.num_layers))]
+        if sorted(i for g in self.groups for i in g) != list(range(self.num_layers)):
+            raise ValueError(f"groups {self.groups} must partition the model's {self.num_layers} layers")
+        self.compress_every = None if compress_every is None else int(compress_every)
+        self.constrain = constrain
+        self.stop_ids = _stop_ids(model, tokenizer)
+        self._constraints = None
+        from sglang_pask.structure import make_prompt_tagger
+
+        self.tagger = make_prompt_tagger(tokenizer)
+
+    # -- pieces -------------------------------------------------------------------------------
+    @property
+    def constraints(self):
+        if self._constraints is None:
+            from .constraints import Constraints
+
+            self._constraints = Constraints(self.tokenizer, self.model.config.vocab_size, self.stop_ids)
+        return self._constraints
+
+    def new_cache(self) -> PrunableCache:
+        kind = self.method.needs_attention
+        return PrunableCache(self.num_layers, stats=kind,
+                             window_size=_window_size(self.method) if kind == "window" else 0)
+
+    def forward(self, cache: PrunableCache, ids: Sequence[int], start: int) -> torch.Tensor:
+        """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits."""
+        device = self.model.device
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
+        pos = torch.arange(start, start + len(ids), device=device)[None]
+        out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1].float().cpu()  # grammar masks and sampling run on CPU
+
+    def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
+                 step: int, force: bool = False) -> Optional[Compression]:
+        """At decode step ``step`` (0: prefill end), apply the method if it is due (every
+        ``compress_every`` steps, when over budget) or ``force``; None if nothing ran."""
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        if not force and not self.due(step, sum(map(len, retained)), seq_len):
+            return None
+        view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
+                         classes=np.asarray(classes, dtype=np.int64), retained=retained,
+                         protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
+                         prompt_len=prompt_len)
+        allocation = [int(a) for a in self.method.allocation(view)]
+        sel = self.method.select(view)
+        dropped = []
+        for li in range(self.num_layers):
+            kept = np.asarray(sel.kept[li], dtype=np.int64)
+            _check_kept(li, kept, retained[li], seq_len)
+            cache.keep(li, torch.from_numpy(kept))
+            dropped.append(np.setdiff1d(retained[li], kept))
+        return Compression(step, seq_len, allocation, [np.asarray(k, np.int64) for k in sel.kept], dropped)
+
+    def due(self, step: int, held: int, seq_len: int) -> bool:
+        if self.compress_every is None:
+            return self.method.due(step, held, seq_len, self.num_layers)
+        over = held > int(np.floor(self.budget * self.num_layers * seq_len + 1e-9))
+        return step % self.compress_every == 0 and over
+
+    # -- the loop -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, request: dict, max_new_tokens: int = 128, *, record_logits: bool = False,
+                 temperature: float = 0.0, seed: int = 0, keep_cache: bool = False,
+                 ignore_stop: bool = False) -> Result:
+        """Generate for one OpenAI chat request body. ``record_logits``: keep each step's raw
+        logits; ``keep_cache``: attach the final :class:`PrunableCache` as ``result.cache``;
+        ``ignore_stop``: never stop at a stop token (benchmarks; grammar ends still stop)."""
+        from sglang_pask.structure import tracker_for_request
+        from sglang_pask.structure.token_bytes import token_bytes
+
+        t0 = time.perf_counter()
+        tags = self.tagger.tag(request)
+        prompt = list(tags.token_ids)
+        prompt_classes = [int(c) for c in tags.classes]
+        tracker = tracker_for_request(request)
+        matcher = self.constraints.matcher(request) if self.constrain else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        cache = self.new_cache()
+
+        logits = self.forward(cache, prompt, 0)
+        seq_len = len(prompt)
+        compressions = [c for c in [self.compress(cache, seq_len, prompt_classes, seq_len, 0)] if c]
+        t_prefill = time.perf_counter()
+        out: list[int] = []
+        recorded = [] if record_logits else None
+        finish, steps, t_compress = "length", 0, 0.0
+        while len(out) < max_new_tokens:
+            if record_logits:
+                recorded.append(logits.clone())
+            if matcher is not None:
+                logits = matcher.mask_(logits.clone())
+            tok = _pick(logits, temperature, gen)
+            if matcher is not None and not matcher.accept(tok):
+                raise RuntimeError(f"grammar rejected token {tok} it allowed")
+            out.append(tok)
+            if (tok in self.stop_ids and not ignore_stop) or (matcher is not None and matcher.terminated):
+                finish = "stop"
+                break
+            tracker.feed(token_bytes(self.tokenizer, [tok])[0])
+            if len(out) == max_new_tokens:
+                break
+            logits = self.forward(cache, [tok], seq_len)
+            seq_len += 1
+            steps += 1
+            tc = time.perf_counter()
+            c = self.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), steps)
+            t_compress += time.perf_counter() - tc
+            if c is not None:
+                compressions.append(c)
+        t_end = time.perf_counter()
+
+        fed = out[:-1] if finish == "stop" and out[-1] in self.stop_ids else out
+        text = self.tokenizer.decode(fed, skip_special_tokens=False)
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        return Result(
+            text=text, tool_calls=parse_tool_calls(text),
+            kept={str(g): retained[layers[0]].tolist() for g, layers in enumerate(self.groups)},
+            tokens=len(out), token_ids=out, prompt_ids=prompt,
+            classes=prompt_classes + list(tracker.classes), finish_reason=finish,
+            groups=self.groups, retained=retained, compressions=compressions, logits=recorded,
+            kv_bytes=cache.kv_bytes(), cache=cache if keep_cache else None,
+            timings={"prefill_s": t_prefill - t0, "decode_s": t_end - t_prefill,
+                     "decode_steps": max(len(out) - 1, 0), "compress_s": t_compress})
+
+
+def _pick(logits: torch.Tensor, temperature: float, gen) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _stop_ids(model, tokenizer) -> list[int]:
+    ids = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        ids.update([e] if isinstance(e, int) else (e or []))
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+def _window_size(method: KVMethod) -> int:
+    for name in ("window_size", "obs_window", "observation_window"):
+        v = getattr(method, name, None)
+        if v:
+            return int(v)
+    return int(method.window)
+
+
+def _stats(cache: PrunableCache, retained: list[np.ndarray]) -> Optional[AttentionStats]:
+    if cache.stats is None:
+        return None
+    arrays = []
+    for lay, pos in zip(cache.layers, retained):
+        t = lay.accumulated if cache.stats == "accumulated" else (
+            None if lay.window_rows is None else lay.window_rows.sum(0))
+        arrays.append(np.zeros(len(pos), np.float32) if t is None else t.float().cpu().numpy())
+    if cache.stats == "accumulated":
+        return AttentionStats(accumulated=arrays)
+    return AttentionStats(window=arrays, window_size=cache.window_size)
+
+
+def _check_kept(layer: int, kept: np.ndarray, retained: np.ndarray, seq_len: int) -> None:
+    if len(kept) > 1 and not (np.diff(kept) > 0).all():
+        raise RuntimeError(f"layer {layer}: the method returned unsorted or duplicate positions")
+    if not np.isin(kept, retained).all():
+        raise RuntimeError(f"layer {layer}: the method kept positions the layer does not hold")
+    tail = retained[retained >= seq_len - PROTECTED_TAIL]
+    if not np.isin(tail, kept).all():
+        raise RuntimeError(f"layer {layer}: the method dropped the current step's token")

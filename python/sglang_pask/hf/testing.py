@@ -1,0 +1,154 @@
+"""Test helpers for the reference runner: an independent full-recompute reference and tiny models.
+
+The reference recomputes the whole sequence in one plain forward (a ``DynamicCache``, no pruning)
+with an explicit boolean mask per layer: query ``t`` sees key ``s`` iff ``s <= t`` and layer ``li``
+had not dropped ``s`` at a compression point with ``seq_len <= t``. Its logits must equal the
+pruned incremental runner's; its cached keys at the kept positions must equal the runner's slots.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache
+
+from sglang_pask.methods.base import KVMethod, Selection
+
+REF_NAME = "pask_reference"
+
+
+def _reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+    allow = kw["reference_masks"][module.layer_idx]  # [T, T] bool
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=allow, scale=scaling,
+                                         enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def attention_impl(model, name: str):
+    old = model.config._attn_implementation
+    model.config._attn_implementation = name
+    try:
+        yield model
+    finally:
+        model.config._attn_implementation = old
+
+
+def reference_masks(result, num_layers: int) -> list[torch.Tensor]:
+    """Per layer ``[T, T]`` bool visibility over the fed sequence (prompt + forwarded outputs)."""
+    T = len(result.prompt_ids) + _forwarded(result)
+    dropped_at = np.full((num_layers, T), np.iinfo(np.int64).max, dtype=np.int64)
+    for c in result.compressions:
+        for li, d in enumerate(c.dropped):
+            dropped_at[li, d] = np.minimum(dropped_at[li, d], c.seq_len)
+    t = np.arange(T)[:, None]
+    s = np.arange(T)[None, :]
+    return [torch.from_numpy((s <= t) & (dropped_at[li][None, :] > t)) for li in range(num_layers)]
+
+
+def _forwarded(result) -> int:
+    """Generated tokens that went through the model (all but a final stop / length token)."""
+    return max(len(result.token_ids) - 1, 0)
+
+
+@torch.inference_mode()
+def reference_forward(model, result):
+    """(logits ``[T, vocab]`` float32, DynamicCache) of the masked full recompute of ``result``."""
+    ids = list(result.prompt_ids) + list(result.token_ids[:_forwarded(result)])
+    masks = reference_masks(result, model.config.num_hidden_layers)
+    AttentionInterface.register(REF_NAME, _reference_attention)
+    cache = DynamicCache()
+    with attention_impl(model, REF_NAME):
+        out = model(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],
+                    cache=cache, use_cache=True, reference_masks=masks)
+    return out.logits[0].float(), cache
+
+
+def runner_logit_rows(result) -> list[int]:
+    """Sequence rows whose logits the runner recorded, in order (row P-1 predicts output 0)."""
+    P = len(result.prompt_ids)
+    return list(range(P - 1, P - 1 + len(result.logits)))
+
+
+def tiny_qwen3(vocab_size: int, layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
+               head_dim: int = 16, seed: int = 0, dtype=torch.float32, **extra):
+    """A random in-memory Qwen3ForCausalLM (eval mode) for CPU tests."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, head_dim=head_dim,
+                      max_position_embeddings=extra.pop("max_position_embeddings", 8192),
+                      tie_word_embeddings=True, **extra)
+    return Qwen3ForCausalLM(cfg).to(dtype).eval()
+
+
+# ---- test-only KV methods (uneven per-layer allocations; a statistics consumer) -------------
+
+
+class KeepAllMethod(KVMethod):
+    """Keeps every retained position (Full KV)."""
+
+    name = "test_keep_all"
+
+    def allocation(self, view):
+        return np.array([len(r) for r in view.retained], dtype=np.int64)
+
+    def select(self, view):
+        return Selection([np.asarray(r, np.int64).copy() for r in view.retained])
+
+
+class SinksRecentMethod(KVMethod):
+    """Sinks + most recent, with a per-layer allocation that differs between layers (layer ``li``
+    gets ``li`` fewer slots than an even split) so multi-length layers are exercised."""
+
+    name = "test_sinks_recent"
+
+    def allocation(self, view):
+        per = view.budget_slots(self.budget) // view.num_layers
+        return np.array([max(min(len(r), per - li), view.protected_tail)
+                         for li, r in enumerate(view.retained)], dtype=np.int64)
+
+    def select(self, view):
+        kept = []
+        for r, a in zip(view.retained, self.allocation(view)):
+            s = min(self.sinks, a - view.protected_tail)
+            kept.append(np.concatenate([r[:s], r[len(r) - (a - s):]]).astype(np.int64))
+        return Selection(kept)
+
+
+class TopAccumulatedMethod(SinksRecentMethod):
+    """H2O-like: the tail plus the highest accumulated attention (exercises the statistics path)."""
+
+    name = "test_top_accumulated"
+    needs_attention = "accumulated"
+
+    def select(self, view):
+        kept = []
+        for r, a, acc in zip(view.retained, self.allocation(view), view.attention.accumulated):
+            tail = r >= view.seq_len - view.protected_tail
+            score = np.where(tail, np.inf, acc)
+            order = np.lexsort((-r, -score))[:a]  # by score, ties: newest first
+            kept.append(np.sort(r[order]).astype(np.int64))
+        return Selection(kept)
+
+
+TEST_METHODS = {m.name: m for m in (KeepAllMethod, SinksRecentMethod, TopAccumulatedMethod)}
+
+
+def registry():
+    """``(make_method, sorted names)`` of the methods registry."""
+    from sglang_pask.methods import METHODS, make_method
+
+    return make_method, sorted(METHODS)
+
+
+def build_method(name: str, budget: float, policy=None, **opts) -> KVMethod:
+    """A test-only method (:data:`TEST_METHODS`) or a registered one."""
+    if name in TEST_METHODS:
+        return TEST_METHODS[name](budget, **opts)
+    return registry()[0](name, budget, policy=policy, **opts)

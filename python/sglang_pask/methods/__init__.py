@@ -1,0 +1,54 @@
+"""KV methods: one registry, one interface (:class:`~.base.KVMethod`). Engine-agnostic: imports
+neither transformers nor SGLang (a test checks).
+
+Use::
+
+    method = make_method("snapkv", 0.33)                   # or "pask", policy=load_policy(...)
+    if method.due(step, slots_held, seq_len, num_layers):   # prefill end, then every `interval`
+        view = CacheView(num_layers, groups, seq_len, classes, retained, protected_tail=1,
+                         attention=AttentionStats(window=..., window_size=w))  # if needs_attention
+        kept = method.select(view).kept                     # per layer, sorted logical positions
+
+``METHODS`` drives CLI ``choices=``; a new method is one file, one class, one entry here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod, Selection, split_slots
+from sglang_pask.methods.full import Full
+from sglang_pask.methods.h2o import H2O
+from sglang_pask.methods.pask import Pask
+from sglang_pask.methods.pyramidkv import PyramidKV
+from sglang_pask.methods.random import Random
+from sglang_pask.methods.snapkv import SnapKV
+from sglang_pask.methods.streaming import Streaming
+
+METHODS: dict[str, type[KVMethod]] = {
+    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, Pask, Random)
+}
+
+
+def make_method(name: str, budget: Optional[float] = None, policy=None, **options) -> KVMethod:
+    """The method ``name`` at budget ``budget`` (``full``: 1.0; ``pask``: default the policy's).
+    ``policy`` is for ``pask`` only; ``options`` are the class's keyword arguments (unknown
+    ones raise TypeError)."""
+    if name not in METHODS:
+        raise ValueError(f"unknown KV method {name!r} (choices: {', '.join(METHODS)})")
+    cls = METHODS[name]
+    if cls is Pask:
+        return Pask(budget, policy=policy, **options)
+    if policy is not None:
+        raise ValueError(f"method {name!r} takes no policy (only 'pask' does)")
+    if budget is None:
+        if cls is not Full:
+            raise ValueError(f"method {name!r} needs a budget in (0, 1]")
+        budget = 1.0
+    return cls(budget, **options)
+
+
+__all__ = [
+    "METHODS", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method", "split_slots",
+    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "Pask", "Random",
+]

@@ -1,0 +1,163 @@
+"""PASK: per-layer-group persistence from a policy table (DESIGN.md §1, §4). No attention needed.
+
+Budget arithmetic, per compression point (``S = floor(b*L*T)``, ``L`` layers, group ``g`` of
+``n_g`` layers, all of which hold the same positions; counts below are per layer of the group):
+
+1. **Anchors**: the current step, the first ``sinks`` positions, the last ``recent_window``.
+2. **Protected mass**: for each class ``c``, ``ceil(floor[g][c] * N_gc)`` of the ``N_gc``
+   class-``c`` tokens the group holds must stay (anchors of class ``c`` count towards it; the
+   rest are its most recent non-anchor tokens).
+3. **Mandatory** ``m_g = min(anchors + protected, S // L)``: what does not fit the group's even
+   share is **scaled down in priority order**: the current step, sinks, the recent window (newest
+   first), then protected classes in descending sensitivity (``policy.priority[g]``), so the
+   least sensitive classes lose their floors first.
+4. **Residual** ``R = S - sum_g n_g m_g`` is split across groups by ``residual_share`` (water-
+   filling: a group that cannot use its share passes it on), in whole per-layer units, so at
+   most ``max n_g - 1`` slots of ``S`` go unused.
+5. **Within a group** the residual is filled, in order, by floor mass step 3 scaled down (same
+   order), span delimiters -- ``SCHEMA_PUNCT`` / ``OUT_DELIM`` tokens right next to a granted
+   protected token (the quotes, colons and commas of a protected name: research/tiny_spike.md
+   found isolated structure tokens corrupt the JSON; ``span_delimiters=False`` turns this off)
+   -- then by class priority, then recency.
+
+Every layer of a group keeps the same set (one decision per group).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
+from sglang_pask.methods.scorer import recency, top_n
+from sglang_pask.structure.classes import StructClass
+
+if TYPE_CHECKING:
+    from sglang_pask.policy import Policy
+
+C = len(StructClass)
+DELIMITERS = np.array([StructClass.SCHEMA_PUNCT, StructClass.OUT_DELIM])
+# Score tiers (higher kept first; + recency in [0, 1) inside a tier; the current step is +inf).
+SINK, WINDOW = 3 * C + 10, 3 * C + 9
+PROTECTED = 2 * C + 5  # + (C - 1 - rank): [2C+5, 3C+4]
+DELIMITER = 2 * C + 4
+RESIDUAL = C + 2  # + (C - 1 - rank): [C+2, 2C+1]
+
+
+class Pask(KVMethod):
+    """Parser-aware, structure-conditioned persistence: the policy's floors per (layer group,
+    class), residual by ``residual_share``, class priority then recency, sinks and a recent
+    window (module docstring: the exact arithmetic). Needs no attention statistics."""
+
+    name = "pask"
+    per_group = True
+
+    def __init__(self, budget: Optional[float] = None, policy: "Policy" = None, interval: int = 1,
+                 span_delimiters: bool = True):
+        if policy is None:
+            raise ValueError("pask needs a policy (make_method('pask', budget, policy=...))")
+        super().__init__(policy.budget if budget is None else budget, sinks=policy.sinks,
+                         window=policy.recent_window, interval=interval)
+        self.policy = policy
+        self.floors = policy.floor_table()  # [G, C]
+        self.ranks = policy.rank_table()  # [G, C], 0 = most sensitive
+        self.shares = np.asarray(policy.residual_share, dtype=np.float64)
+        self.span_delimiters = bool(span_delimiters)
+
+    def __repr__(self) -> str:
+        return f"Pask(budget={self.budget:g}, policy={self.policy.name!r})"
+
+    # ---- arithmetic ----
+
+    def _check(self, view: CacheView) -> None:
+        groups = [list(g) for g in view.groups]
+        if view.num_layers != self.policy.model.num_layers or groups != self.policy.groups:
+            raise ValueError(f"pask: the view's {view.num_layers} layers in groups {groups} do not "
+                             f"match the policy's {self.policy.model.num_layers} in {self.policy.groups}")
+        for g, layers in enumerate(groups):
+            for layer in layers[1:]:
+                if not np.array_equal(view.retained[layer], view.retained[layers[0]]):
+                    raise ValueError(f"pask keeps one set per group, but layers {layers[0]} and "
+                                     f"{layer} of group {g} hold different positions")
+
+    def _tiers(self, view: CacheView, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For group ``g``'s held positions: (scores without delimiter promotion, mandatory
+        mask (anchors + protected), protected mask)."""
+        held = view.retained[view.groups[g][0]]
+        cls = view.classes[held]
+        rank = self.ranks[g][cls]
+        rec = recency(held)
+        sink = held < self.sinks
+        window = held >= view.seq_len - self.window
+        anchor = sink | window | (held >= view.tail_start)
+        protected = np.zeros(held.size, dtype=bool)
+        for c in np.unique(cls):
+            f = self.floors[g, c]
+            if f <= 0.0:
+                continue
+            of_c = cls == c
+            need = math.ceil(f * int(of_c.sum()) - 1e-9) - int((of_c & anchor).sum())
+            if need > 0:
+                protected[np.flatnonzero(of_c & ~anchor)[-need:]] = True
+        score = RESIDUAL + (C - 1 - rank) + rec
+        score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
+        score = np.where(window, WINDOW + rec, score)
+        score = np.where(sink, SINK + rec, score)
+        return score, anchor | protected, protected
+
+    def _plan(self, view: CacheView):
+        """(allocation [L], per-group scores or None, info)."""
+        self._check(view)
+        held = view.held()
+        total = view.budget_slots(self.budget)
+        tail = view.protected_tail
+        if self.budget >= 1.0 or view.num_layers * tail >= total:
+            alloc = held if self.budget >= 1.0 else np.full(view.num_layers, tail, dtype=np.int64)
+            return alloc, None, {}
+        G = len(view.groups)
+        size = np.array([len(g) for g in view.groups], dtype=np.int64)
+        gheld = np.array([held[g[0]] for g in view.groups], dtype=np.int64)
+        tiers = [self._tiers(view, g) for g in range(G)]
+        demand = np.array([int(t[1].sum()) for t in tiers], dtype=np.int64)
+        mand = np.maximum(tail, np.minimum(demand, total // view.num_layers))
+        rest = total - int((size * mand).sum())
+        room = gheld - mand
+        per_layer = split_slots(rest, self.shares, room * size) // size
+        left = rest - int((size * per_layer).sum())
+        for g in np.lexsort((np.arange(G), -self.shares)):  # whole units that still fit
+            extra = min(left // size[g], room[g] - per_layer[g])
+            per_layer[g] += extra
+            left -= extra * size[g]
+        keep = mand + per_layer
+        alloc = np.empty(view.num_layers, dtype=np.int64)
+        for g, layers in enumerate(view.groups):
+            alloc[list(layers)] = keep[g]
+        scores = []
+        for g, (score, mandatory, protected) in enumerate(tiers):
+            hp = view.retained[view.groups[g][0]]
+            if self.span_delimiters and protected.any():
+                granted = top_n(hp, np.where(mandatory, score, -np.inf), int(mand[g]), view.tail_start)
+                granted = np.intersect1d(granted, hp[protected], assume_unique=True)
+                near = np.union1d(granted - 1, granted + 1)
+                delim = np.isin(hp, near) & np.isin(view.classes[hp], DELIMITERS) & ~mandatory
+                score = np.where(delim, DELIMITER + recency(hp), score)
+            scores.append(score)
+        info = {"demand": demand.tolist(), "mandatory": mand.tolist(), "residual": per_layer.tolist()}
+        return alloc, scores, info
+
+    def allocation(self, view: CacheView) -> np.ndarray:
+        return self._plan(view)[0]
+
+    def select(self, view: CacheView) -> Selection:
+        alloc, scores, info = self._plan(view)
+        kept: list[np.ndarray] = [None] * view.num_layers  # type: ignore[list-item]
+        for g, layers in enumerate(view.groups):
+            held = view.retained[layers[0]]
+            n = int(alloc[layers[0]])
+            chosen = held.copy() if n >= held.size else top_n(
+                held, scores[g] if scores is not None else np.zeros(held.size), n, view.tail_start)
+            for layer in layers:
+                kept[layer] = chosen.copy()
+        return Selection(kept, {"method": self.name, "allocation": alloc.tolist(), **info})

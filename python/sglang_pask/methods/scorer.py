@@ -1,0 +1,85 @@
+"""Score-then-top-k, the shape most methods share (kvpress's ScorerPress, written afresh).
+
+A :class:`ScorerMethod` subclass implements :meth:`~ScorerMethod.score` only: one float per
+retained position of a layer, higher = keep. :meth:`~ScorerMethod.select` keeps, per layer,
+the current step's tokens and then the ``allocation[layer] - tail`` best-scored others; ties go
+to the more recent position, so selections are deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from sglang_pask.methods.base import CacheView, KVMethod, Selection
+
+#: Scores at or above this are "always keep" tiers (sinks, windows); tails rank above everything.
+KEEP = 1e30
+
+
+def top_n(held: np.ndarray, scores: np.ndarray, n: int, tail_start: int) -> np.ndarray:
+    """Sorted positions: every ``held >= tail_start``, then the best-``scores`` others, ``n`` in
+    all (``held``: int64 ``[m]`` sorted; ``scores``: float ``[m]``). Ties: more recent first."""
+    if n >= held.size:
+        return held.copy()
+    s = np.where(held >= tail_start, np.inf, np.asarray(scores, dtype=np.float64))
+    order = np.lexsort((-held, -s))  # primary: score desc; then position desc
+    return np.sort(held[order[:n]])
+
+
+def recency(held: np.ndarray) -> np.ndarray:
+    """A score in [0, 1) that grows with position (tie-breaker / recent-first filler)."""
+    return held / (held[-1] + 1.0) if held.size else held.astype(np.float64)
+
+
+def max_pool(x: np.ndarray, kernel: int) -> np.ndarray:
+    """1-D max pooling, stride 1, 'same' size (edges see a truncated window)."""
+    if kernel <= 1 or x.size == 0:
+        return x.copy()
+    h = kernel // 2
+    padded = np.concatenate([np.full(h, -np.inf), x, np.full(kernel - 1 - h, -np.inf)])
+    return np.lib.stride_tricks.sliding_window_view(padded, kernel).max(axis=1)
+
+
+def avg_pool(x: np.ndarray, kernel: int) -> np.ndarray:
+    """1-D average pooling, stride 1, 'same' size (edges average the entries that exist)."""
+    if kernel <= 1 or x.size == 0:
+        return x.copy()
+    h = kernel // 2
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    i = np.arange(x.size)
+    lo, hi = np.maximum(i - h, 0), np.minimum(i + kernel - h, x.size)
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+class ScorerMethod(KVMethod):
+    """A method defined by a per-position score; see the module docstring."""
+
+    def score(self, view: CacheView, layer: int, n: int, stats: Optional[list[np.ndarray]]) -> np.ndarray:
+        """float ``[len(view.retained[layer])]``: higher = keep. ``n``: the layer's allocation
+        (some rules reserve part of it, e.g. H2O's recent half); ``stats``: the checked
+        ``view.attention.<needs_attention>`` (float64 per layer, aligned with ``retained``), or
+        None when the method needs none."""
+        raise NotImplementedError
+
+    def attention_stats(self, view: CacheView) -> Optional[list[np.ndarray]]:
+        """The statistics :attr:`needs_attention` names, checked (ValueError if missing)."""
+        if self.needs_attention is None:
+            return None
+        if view.attention is None:
+            raise ValueError(f"{self.name} needs attention.{self.needs_attention}, "
+                             "but the view has no attention stats")
+        return view.attention.get(self.needs_attention, view)
+
+    def select(self, view: CacheView) -> Selection:
+        alloc = self.allocation(view)
+        stats = self.attention_stats(view)
+        kept = []
+        for layer, held in enumerate(view.retained):
+            n = int(alloc[layer])
+            if n >= held.size:
+                kept.append(held.copy())
+            else:
+                kept.append(top_n(held, self.score(view, layer, n, stats), n, view.tail_start))
+        return Selection(kept, {"method": self.name, "allocation": alloc.tolist()})

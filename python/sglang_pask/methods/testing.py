@@ -1,0 +1,101 @@
+"""Test helpers: random views and policies from a seed, and a digest of a selection.
+
+Seed-driven (``numpy.random.default_rng``) so a hypothesis test can draw a seed and the same view
+can be rebuilt in another process for the determinism check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sglang_pask.methods.base import AttentionStats, CacheView, Selection
+from sglang_pask.structure.classes import StructClass
+
+NUM_CLASSES = len(StructClass)
+
+
+def fake_binding(num_layers: int):
+    from sglang_pask.policy.binding import ModelBinding
+
+    return ModelBinding(num_layers=num_layers, num_kv_heads=2, head_dim=32, vocab_size=4096,
+                        fingerprint="sha256:0000000000000000")
+
+
+def consecutive_groups(rng: np.random.Generator, num_layers: int) -> list[list[int]]:
+    cuts = sorted(set(rng.integers(1, num_layers, size=rng.integers(0, num_layers)).tolist())) \
+        if num_layers > 1 else []
+    bounds = [0, *cuts, num_layers]
+    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+
+
+def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[int] = None,
+                groups: Optional[Sequence[Sequence[int]]] = None, per_group: bool = False,
+                num_classes: int = NUM_CLASSES) -> CacheView:
+    """A view as an engine might build it: prefill end (everything held) or later (random
+    subsets per layer, or per group with ``per_group``), current step held, attention stats."""
+    rng = np.random.default_rng(seed)
+    L = int(num_layers or rng.integers(1, 6))
+    T = int(seq_len or rng.integers(1, 90))
+    groups = [list(g) for g in groups] if groups is not None else consecutive_groups(rng, L)
+    tail = int(rng.integers(1, min(3, T) + 1))
+    classes = rng.integers(0, num_classes, size=T)
+    if rng.random() < 0.3:  # prefill end
+        retained = [np.arange(T) for _ in range(L)]
+    else:
+        density = rng.uniform(0.05, 1.0)
+
+        def subset():
+            keep = rng.random(T - tail) < density
+            return np.concatenate([np.flatnonzero(keep), np.arange(T - tail, T)])
+
+        if per_group:
+            retained = [None] * L
+            for g in groups:
+                s = subset()
+                for layer in g:
+                    retained[layer] = s
+        else:
+            retained = [subset() for _ in range(L)]
+    stats = AttentionStats(
+        accumulated=[rng.gamma(0.5, 2.0, size=r.size) for r in retained],
+        window=[rng.gamma(0.5, 2.0, size=r.size) for r in retained],
+        window_size=int(rng.integers(0, min(T, 16) + 1)),
+    )
+    return CacheView(L, groups, T, classes, retained, protected_tail=tail, attention=stats,
+                     prompt_len=int(rng.integers(0, T + 1)))
+
+
+def random_policy(seed: int, groups: Sequence[Sequence[int]], budget: float = 0.33,
+                  floor_values: Sequence[float] = (0.25, 0.5, 1.0)):
+    """A valid policy for ``groups`` with random floors (from ``floor_values``, 40% of classes),
+    priorities, shares, sinks and window."""
+    from sglang_pask.policy.schema import Policy
+
+    rng = np.random.default_rng(seed)
+    names = [c.name for c in StructClass]
+    G = len(groups)
+    floors = []
+    for _ in range(G):
+        v = np.where(rng.random(NUM_CLASSES) < 0.4, rng.choice(list(floor_values), NUM_CLASSES), 0.0)
+        floors.append({n: float(x) for n, x in zip(names, v)})
+    shares = rng.random(G) * (rng.random(G) < 0.8)
+    shares = shares / shares.sum() if shares.sum() > 0 else np.full(G, 1.0 / G)
+    shares[-1] = 1.0 - shares[:-1].sum()
+    return Policy.model_validate({
+        "model": fake_binding(sum(len(g) for g in groups)).model_dump(),
+        "groups": [list(g) for g in groups], "classes": names,
+        "priority": [[names[i] for i in rng.permutation(NUM_CLASSES)] for _ in range(G)],
+        "floor": floors, "residual_share": [max(0.0, float(s)) for s in shares],
+        "sinks": int(rng.integers(0, 5)), "recent_window": int(rng.integers(0, 9)),
+        "budget": budget, "calibration": None,
+    })
+
+
+def digest(selection: Selection) -> str:
+    h = hashlib.sha256()
+    for k in selection.kept:
+        h.update(np.asarray(k, dtype="<i8").tobytes() + b"|")
+    return h.hexdigest()[:16]

@@ -1,0 +1,187 @@
+"""The policy file of DESIGN.md §4 as one pydantic model (``"format": "pask-policy/1"``).
+
+Shape of a document (G layer groups; class names are :class:`~sglang_pask.structure.StructClass`
+names)::
+
+    {"format": "pask-policy/1", "name": ..., "note": ...,
+     "model": {"num_layers", "num_kv_heads", "head_dim", "vocab_size", "fingerprint"},
+     "groups": [[0, 1], [2, 3]],                 # consecutive runs partitioning range(num_layers)
+     "classes": ["TOOL_NAME", ...],              # the class axis
+     "priority": [["TOOL_NAME", ...], ...],      # per group: the classes, most sensitive first
+     "floor": [{"TOOL_NAME": 1.0, ...}, ...],    # per group: share of a class that must persist
+     "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
+     "sinks": 4, "recent_window": 16, "budget": 0.33,
+     "calibration": null | {...}}                # null: an uncalibrated (prior) policy
+
+Unknown keys are refused everywhere; a floor missing from a group's dict is 0. Every check raises
+one message naming the field, e.g. ``floor[2]["TOOL_NAME"] = 1.5 is outside [0, 1]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from sglang_pask.policy.binding import ModelBinding
+from sglang_pask.policy.document import FORMAT
+from sglang_pask.structure.classes import StructClass
+
+NUM_CLASSES = len(StructClass)
+SHARE_TOLERANCE = 1e-6
+
+
+class CalibrationRecord(BaseModel):
+    """Where a calibrated policy came from (DESIGN.md §5)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str  #: calibration data set
+    split: str  #: which split (must be disjoint from evaluation data)
+    samples: int
+    sensitivity: list[dict[str, float]]  #: S[group][class]: task-error increase when dropped
+    distortion: list[dict[str, float]]  #: D[group][budget]: attention-output relative error
+    tool_version: str
+    date: str
+    seed: Optional[int] = None
+
+
+class Policy(BaseModel):
+    """A compiled per-model persistence table. Construct with :meth:`Policy.model_validate` (or
+    :func:`~sglang_pask.policy.load_policy`); invalid values raise ``ValueError`` naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["pask-policy/1"] = FORMAT
+    name: Optional[str] = None
+    note: Optional[str] = None
+    model: ModelBinding
+    groups: list[list[int]]
+    classes: list[str]
+    priority: list[list[str]]
+    floor: list[dict[str, float]]
+    residual_share: list[float]
+    sinks: int
+    recent_window: int
+    budget: float
+    calibration: Optional[CalibrationRecord]
+
+    @model_validator(mode="after")
+    def _check(self) -> "Policy":
+        for problem in _problems(self):
+            raise ValueError(problem)
+        return self
+
+    # ---- lookups used by the pask method (class axis: StructClass ints) ----
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def floor_table(self) -> np.ndarray:
+        """float64 ``[G, NUM_CLASSES]``: floor[g][c] (0 for classes the policy does not list)."""
+        t = np.zeros((self.num_groups, NUM_CLASSES))
+        for g, row in enumerate(self.floor):
+            for name, v in row.items():
+                t[g, StructClass[name]] = v
+        return t
+
+    def rank_table(self) -> np.ndarray:
+        """int64 ``[G, NUM_CLASSES]``: 0 = most sensitive class of the group; classes the policy
+        does not list rank after all listed ones, in enum order."""
+        t = np.empty((self.num_groups, NUM_CLASSES), dtype=np.int64)
+        for g, order in enumerate(self.priority):
+            listed = [StructClass[n] for n in order]
+            rest = [c for c in StructClass if c not in set(listed)]
+            for r, c in enumerate(listed + rest):
+                t[g, int(c)] = r
+        return t
+
+
+def _problems(p: Policy):
+    """Yield one message per problem, most basic first (only the first is reported)."""
+    L = p.model.num_layers
+    if p.model.num_layers < 1 or p.model.num_kv_heads < 1 or p.model.head_dim < 1 or p.model.vocab_size < 1:
+        yield f"model: every dimension must be positive, got {p.model.shape()}"
+    flat = [i for g in p.groups for i in g]
+    consecutive = all(g and g == list(range(g[0], g[0] + len(g))) for g in p.groups)
+    if not p.groups or not consecutive or flat != list(range(L)):
+        yield (f"groups = {p.groups} must split layers 0..{L - 1} into consecutive, non-empty runs "
+               "in order")
+    G = len(p.groups)
+    seen = set()
+    for i, name in enumerate(p.classes):
+        if name not in StructClass.__members__:
+            yield f"classes[{i}] = {name!r} is not a structural class"
+        if name in seen:
+            yield f"classes[{i}] = {name!r} is listed twice"
+        seen.add(name)
+    for field in ("priority", "floor", "residual_share"):
+        n = len(getattr(p, field))
+        if n != G:
+            yield f"{field} has {n} entries but there are {G} groups"
+    for g, order in enumerate(p.priority):
+        if sorted(order) != sorted(p.classes):
+            missing = sorted(set(p.classes) - set(order))
+            extra = sorted(set(order) - set(p.classes))
+            yield (f"priority[{g}] must order exactly the policy's classes, once each"
+                   f" (missing {missing}, not in classes {extra}, {len(order)} entries)")
+    for g, row in enumerate(p.floor):
+        for name, v in row.items():
+            if name not in seen:
+                yield f'floor[{g}]["{name}"] names a class not in classes'
+            if not (0.0 <= v <= 1.0):  # NaN fails too
+                yield f'floor[{g}]["{name}"] = {v} is outside [0, 1]'
+    for g, v in enumerate(p.residual_share):
+        if not (v >= 0.0) or math.isinf(v):
+            yield f"residual_share[{g}] = {v} is not a finite share >= 0"
+    total = sum(p.residual_share)
+    if p.residual_share and abs(total - 1.0) > SHARE_TOLERANCE:
+        yield f"residual_share sums to {total:g}, not 1"
+    if p.sinks < 0:
+        yield f"sinks = {p.sinks} is negative"
+    if p.recent_window < 0:
+        yield f"recent_window = {p.recent_window} is negative"
+    if not (0.0 < p.budget <= 1.0):
+        yield f"budget = {p.budget} is outside (0, 1]"
+    if p.calibration is not None:
+        for field in ("sensitivity", "distortion"):
+            n = len(getattr(p.calibration, field))
+            if n != G:
+                yield f"calibration.{field} has {n} entries but there are {G} groups"
+        if p.calibration.samples < 0:
+            yield f"calibration.samples = {p.calibration.samples} is negative"
+
+
+def _loc(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not out:
+            out = str(part)
+        elif str(part).isupper() or not str(part).isidentifier():
+            out += f'["{part}"]'
+        else:
+            out += f".{part}"
+    return out
+
+
+def describe(e: ValidationError) -> str:
+    """One line for a pydantic error: the first problem, naming its field."""
+    errs = e.errors()
+    first = errs[0]
+    where, msg, kind = _loc(first["loc"]), first["msg"], first["type"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    elif kind == "extra_forbidden":
+        head, _, key = where.rpartition(".") if "[" not in where[-2:] else ("", "", where)
+        msg, where = f"unknown key {key!r}" + (f" in {head}" if head else ""), ""
+    elif kind == "missing":
+        msg = "missing required key"
+    else:
+        msg = f"{msg} (got {first.get('input')!r})"
+    text = f"{where}: {msg}" if where else msg
+    return text + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else "")

@@ -1,0 +1,160 @@
+"""The pask method: DESIGN.md §4 budget arithmetic on hand-checked examples, floors honoured
+whenever they fit, and the documented down-scaling order when they do not."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sglang_pask.methods import CacheView, make_method
+from sglang_pask.methods.testing import fake_binding, random_policy, random_view
+from sglang_pask.policy import Policy
+from sglang_pask.structure import StructClass as S
+
+NAMES = [c.name for c in S]
+FIRST = ["TOOL_NAME", "PARAM_NAME", "ENUM_VALUE"]
+
+
+def policy(floors: dict[str, float], shares=(0.75, 0.25), sinks=1, window=2, groups=((0,), (1,))):
+    order = FIRST + [n for n in NAMES if n not in FIRST]
+    return Policy.model_validate({
+        "model": fake_binding(sum(len(g) for g in groups)).model_dump(),
+        "groups": [list(g) for g in groups], "classes": NAMES, "priority": [order] * len(groups),
+        "floor": [floors] * len(groups), "residual_share": list(shares), "sinks": sinks,
+        "recent_window": window, "budget": 0.33, "calibration": None,
+    })
+
+
+def schema_view(num_layers=2, groups=((0,), (1,))) -> CacheView:
+    """40 tokens: TOOL_NAME 5-9, PARAM_NAME 15-19, ENUM_VALUE 25-29, each run between
+    SCHEMA_PUNCT tokens (4, 10, 14, 20, 24, 30); QUERY_TEXT elsewhere."""
+    cls = np.full(40, S.QUERY_TEXT)
+    cls[5:10], cls[15:20], cls[25:30] = S.TOOL_NAME, S.PARAM_NAME, S.ENUM_VALUE
+    cls[[4, 10, 14, 20, 24, 30]] = S.SCHEMA_PUNCT
+    return CacheView(num_layers, [list(g) for g in groups], 40, cls, [np.arange(40)] * num_layers)
+
+
+ALL3 = {"TOOL_NAME": 1.0, "PARAM_NAME": 1.0, "ENUM_VALUE": 1.0}
+R = lambda a, b: list(range(a, b))  # noqa: E731
+
+
+def test_floors_exceed_group_budget_scale_down_in_priority_order():
+    # S = floor(0.25*2*40) = 20, 10 per layer. Demand: anchors {0, 38, 39} + 15 protected = 18.
+    # Mandatory = 10: anchors, all 5 TOOL_NAME, then the 2 newest PARAM_NAME; residual 0.
+    sel = make_method("pask", 0.25, policy=policy(ALL3)).select(schema_view())
+    assert sel.info["demand"] == [18, 18] and sel.info["mandatory"] == [10, 10]
+    assert sel.info["residual"] == [0, 0]
+    for k in sel.kept:
+        assert k.tolist() == [0, *R(5, 10), 18, 19, 38, 39]
+
+
+def test_floors_fit_then_residual_by_share_and_delimiters_first():
+    # S = 40, 20 per layer; demand 18 fits. Residual 40 - 36 = 4 split 0.75 / 0.25 -> 3 / 1,
+    # spent first on the punctuation around protected spans, newest first (30, 24, 20).
+    sel = make_method("pask", 0.5, policy=policy(ALL3)).select(schema_view())
+    core = [0, *R(5, 10), *R(15, 20), *R(25, 30), 38, 39]
+    assert sel.info["mandatory"] == [18, 18] and sel.info["residual"] == [3, 1]
+    assert sel.kept[0].tolist() == sorted(core + [20, 24, 30])
+    assert sel.kept[1].tolist() == sorted(core + [30])
+
+
+def test_without_span_delimiters_residual_goes_by_class_priority_then_recency():
+    sel = make_method("pask", 0.5, policy=policy(ALL3), span_delimiters=False).select(schema_view())
+    core = [0, *R(5, 10), *R(15, 20), *R(25, 30), 38, 39]
+    # QUERY_TEXT ranks above SCHEMA_PUNCT in this priority: the newest query tokens come next
+    assert sel.kept[0].tolist() == sorted(core + [35, 36, 37])
+    assert sel.kept[1].tolist() == sorted(core + [37])
+
+
+def test_fractional_floor_keeps_the_newest_share_and_anchors_count():
+    # ENUM_VALUE floor 0.5 of 5 tokens -> ceil(2.5) = 3: the newest three (27, 28, 29).
+    p = policy({"ENUM_VALUE": 0.5}, shares=(0.5, 0.5))
+    sel = make_method("pask", 0.1, policy=p, span_delimiters=False).select(schema_view())
+    # S = 8, 4 per layer: anchors 0, 38, 39 + 1 of the 3 protected -> 29
+    assert sel.kept[0].tolist() == [0, 29, 38, 39]
+    # a recent window covering the enum run counts towards its floor: nothing extra protected
+    p = policy({"ENUM_VALUE": 0.5}, shares=(0.5, 0.5), window=15)
+    sel = make_method("pask", 0.5, policy=p).select(schema_view())
+    assert sel.info["demand"] == [1 + 15, 1 + 15]
+
+
+def test_group_budget_and_shares_with_multi_layer_groups():
+    # 4 layers in groups [0,1], [2,3]; every layer of a group keeps the same set
+    p = policy(ALL3, shares=(1.0, 0.0), groups=((0, 1), (2, 3)))
+    view = schema_view(4, ((0, 1), (2, 3)))
+    sel = make_method("pask", 0.5, policy=p).select(view)
+    # S = 80, 20 per layer; mandatory 18 each; residual 80 - 72 = 8 all to group 0: 4 per layer
+    assert sel.info["residual"] == [4, 0]
+    assert [len(k) for k in sel.kept] == [22, 22, 18, 18]
+    assert np.array_equal(sel.kept[0], sel.kept[1]) and np.array_equal(sel.kept[2], sel.kept[3])
+
+
+def test_policy_and_view_must_match():
+    p = policy(ALL3)
+    with pytest.raises(ValueError, match="do not match the policy"):
+        make_method("pask", 0.5, policy=p).select(schema_view(2, ((0, 1),)))
+    bad = CacheView(2, [[0, 1]], 40, schema_view().classes, [np.arange(40), np.arange(1, 40)])
+    p1 = policy(ALL3, shares=(1.0,), groups=((0, 1),))
+    with pytest.raises(ValueError, match="one set per group"):
+        make_method("pask", 0.5, policy=p1).select(bad)
+    assert make_method("pask", policy=p).budget == 0.33  # the policy's default budget
+
+
+def _anchor_mask(view: CacheView, method, held):
+    return (held < method.sinks) | (held >= view.seq_len - method.window) | (held >= view.tail_start)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), budget=st.floats(0.01, 0.95))
+def test_floors_hold_whenever_they_fit(seed, budget):
+    view = random_view(seed, per_group=True, num_classes=12)
+    method = make_method("pask", budget, policy=random_policy(seed, view.groups, budget))
+    sel = method.select(view)
+    S = view.budget_slots(budget)
+    if view.num_layers * view.protected_tail >= S:
+        return
+    floors = method.floors
+    for g, layers in enumerate(view.groups):
+        if sel.info["demand"][g] > S // view.num_layers:
+            continue
+        held, kept = view.retained[layers[0]], sel.kept[layers[0]]
+        for c in np.unique(view.classes[held]):
+            n_held = int((view.classes[held] == c).sum())
+            n_kept = int((view.classes[kept] == c).sum())
+            assert n_kept >= math.ceil(floors[g, c] * n_held - 1e-9), (g, c, n_kept, n_held)
+            if floors[g, c] == 1.0:
+                assert n_kept == n_held
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), budget=st.floats(0.01, 0.95))
+def test_down_scaling_order(seed, budget):
+    """Kept sets are prefixes of the documented order: current step, sinks, recent window (newest
+    first), floor-1 classes by priority, then everything else."""
+    view = random_view(seed, per_group=True, num_classes=12)
+    p = random_policy(seed, view.groups, budget, floor_values=(1.0,))
+    method = make_method("pask", budget, policy=p)
+    sel = method.select(view)
+    ranks, floors = method.ranks, method.floors
+    for g, layers in enumerate(view.groups):
+        held, kept = view.retained[layers[0]], sel.kept[layers[0]]
+        in_kept = np.isin(held, kept)
+        tail = held >= view.tail_start
+        sink = (held < method.sinks) & ~tail
+        window = (held >= view.seq_len - method.window) & ~tail & ~sink
+        anchor = tail | sink | window
+        assert in_kept[tail].all()
+        if in_kept[~tail & ~sink].any():
+            assert in_kept[sink].all()
+        if in_kept[~anchor].any():
+            assert in_kept[window].all()
+        cls = view.classes[held]
+        protected = ~anchor & (floors[g][cls] == 1.0)
+        if in_kept[~anchor & ~protected].any():
+            assert in_kept[protected].all()
+        r = ranks[g][cls]
+        for rank in np.unique(r[protected & in_kept]):
+            assert in_kept[protected & (r < rank)].all(), "a less sensitive class kept first"
