@@ -169,12 +169,12 @@ def test_report_merges_runs(tmp_path):
     assert "| pask | 0.5 | 75.00 |" in (tmp_path / "rep" / "report.md").read_text()
 
 
-def test_cli_hf_not_available_yet(capsys):
+def test_cli_hf_needs_a_model_folder(capsys):
     assert (
         cli.main(["eval", "--data", "synthetic:eval:2", "--backend", "hf", "--model", "m", "--out", "/nonexistent/x"])
         == 2
     )
-    assert "not available yet" in capsys.readouterr().err
+    assert "--backend hf needs --model DIR, a local HF model folder; got 'm'" in capsys.readouterr().err
     with pytest.raises(BackendUnavailable):
         backend_class("nope")
 
