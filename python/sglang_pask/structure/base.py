@@ -105,6 +105,12 @@ class OutputTracker(ABC):
     def __len__(self) -> int:
         return len(self.classes)
 
+    def _rollback_needed(self, k: int) -> bool:
+        """Check ``0 <= k <= len(self)`` (ValueError otherwise); False when ``k == 0``."""
+        if not 0 <= k <= len(self):
+            raise ValueError(f"rollback({k}) with {len(self)} tokens")
+        return k > 0
+
     def feed_all(self, tokens: Sequence[bytes]) -> None:
         for t in tokens:
             self.feed(t)

@@ -79,11 +79,9 @@ class JsonTracker(OutputTracker):
         return (bytes(self._cls), self._state)
 
     def rollback(self, k: int) -> None:
-        n = len(self._cls)
-        if not 0 <= k <= n:
-            raise ValueError(f"rollback({k}) with {n} tokens")
-        if k == 0:
+        if not self._rollback_needed(k):
             return
+        n = len(self._cls)
         for t in range(n - 1, n - k - 1, -1):
             for idx, old in reversed(self._undo.pop(t, ())):
                 self._cls[idx] = old

@@ -98,11 +98,9 @@ class SqlTracker(OutputTracker):
         return C(self._cls[t])
 
     def rollback(self, k: int) -> None:
-        n = len(self._cls)
-        if not 0 <= k <= n:
-            raise ValueError(f"rollback({k}) with {n} tokens")
-        if k == 0:
+        if not self._rollback_needed(k):
             return
+        n = len(self._cls)
         t = n - k
         self._open, first, fixed, cls = self._snaps[t]
         del self._buf[self._starts[t]:]
