@@ -30,7 +30,9 @@ _RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
 
 _TRACKER_BY_DISPATCH = {"structural_tag": "qwen3_tools", "json": "json"}
 _DISABLED = False  # sentinel stored on a grammar whose tagging failed
-_vocab_cache: dict[int, list[bytes]] = {}
+# One server process serves one tokenizer, so its decoded vocabulary is built once. (xgrammar
+# returns a new TokenizerInfo wrapper on every ``ctx.tokenizer_info`` access: no identity to key on.)
+_vocab: list[bytes] | None = None
 
 
 # --- prompt side (HTTP process) -------------------------------------------------------------
@@ -65,20 +67,21 @@ def after_convert(result, serving, request, *args, **kwargs):
 # --- output side (scheduler) ----------------------------------------------------------------
 
 def _decoded_vocab(grammar) -> list[bytes]:
-    info = grammar.ctx.tokenizer_info
-    vocab = _vocab_cache.get(id(info))
-    if vocab is None:
-        vocab = _vocab_cache[id(info)] = list(info.decoded_vocab)
-    return vocab
+    global _vocab
+    if _vocab is None:
+        _vocab = list(grammar.ctx.tokenizer_info.decoded_vocab)
+    return _vocab
 
 
 def _tracker(grammar):
+    """The request's tracker, created at its first accepted token (with the vocabulary)."""
     tracker = getattr(grammar, "_pask_tracker", None)
     if tracker is None:
         from sglang_pask.structure import make_tracker
 
         stats = getattr(grammar, "grammar_stats", None)
         name = _TRACKER_BY_DISPATCH.get(getattr(stats, "dispatch_type", None), "qwen3_tools")
+        grammar._pask_vocab = _decoded_vocab(grammar)
         tracker = grammar._pask_tracker = make_tracker(name)
     return tracker
 
@@ -90,7 +93,7 @@ def around_accept(original, grammar, token: int):
         return result
     try:
         tracker = _tracker(grammar)
-        vocab = _decoded_vocab(grammar)
+        vocab = grammar._pask_vocab
         tracker.feed(vocab[token] if 0 <= token < len(vocab) else b"")
     except Exception as e:
         grammar._pask_tracker = _DISABLED

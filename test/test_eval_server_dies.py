@@ -1,0 +1,63 @@
+"""A real server that dies in the middle of ``pask eval``: the run stops with a clear error, the
+finished entries stay on disk, and rerunning the same command against a new server resumes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import TINY_RANDOM
+from sglang_pask.testing import running_server, stop
+
+
+def _argv(url: str, out) -> list[str]:
+    return [sys.executable, "-m", "sglang_pask.cli", "eval", "--data", "synthetic:eval:60",
+            "--backend", "openai", "--base-url", url, "--max-tokens", "24", "--no-progress", "--out", str(out)]
+
+
+def _crash(proc: subprocess.Popen) -> None:
+    """SIGKILL the server's processes by PID (children first), as a crash would end them."""
+    import psutil
+
+    tree = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    for p in tree:
+        p.kill()
+    psutil.wait_procs(tree, timeout=10)
+    stop(proc)
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_server_dies_mid_run_then_resume(tmp_path):
+    out = tmp_path / "run"
+    results = out / "results.jsonl"
+    with running_server(str(TINY_RANDOM), ["--skip-server-warmup"]) as srv:
+        ev = subprocess.Popen(_argv(srv.base_url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while len(_lines(results)) < 3 and time.monotonic() < deadline and ev.poll() is None:
+                time.sleep(0.2)
+            assert len(_lines(results)) >= 3, "eval made no progress"
+            _crash(srv.proc)  # the server dies mid-run
+            _, err = ev.communicate(timeout=120)
+        finally:
+            if ev.poll() is None:
+                ev.kill()
+    assert ev.returncode == 3, err
+    kept = _lines(results)
+    assert 3 <= len(kept) < 60
+    assert "aborted" in err and "stopped answering" in err and f"{len(kept)}/60 entries finished" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False
+
+    with running_server(str(TINY_RANDOM), ["--skip-server-warmup"]) as srv:
+        r = subprocess.run(_argv(srv.base_url, out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    done = _lines(results)
+    assert len(done) == 60 and len({d["id"] for d in done}) == 60
+    assert [d["id"] for d in done[: len(kept)]] == [k["id"] for k in kept]  # finished entries untouched
+    assert json.loads((out / "summary.json").read_text())["complete"] is True
