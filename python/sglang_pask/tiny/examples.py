@@ -5,10 +5,17 @@ view of the request (:func:`sglang_pask.srt.request_view.sglang_view`, so traini
 serving prompts token for token), the answer is the gold call(s) as Qwen3 ``<tool_call>`` blocks
 followed by ``<|im_end|>``. Tool names use the OpenAI-safe names of
 :func:`~sglang_pask.eval.bfcl_tools.bfcl_to_openai_tools`, as the model will see them.
+
+Two spellings of a call are mixed (half the entries each, by a hash of the entry id), because
+constrained decoding forces one of them: SGLang's qwen structural tag forces
+``<tool_call>\n{"name":"NAME", "arguments":`` while xgrammar's built-in ``qwen_3`` tag (the
+reference runner) and Qwen3 itself write ``{"name": "NAME", "arguments": ...}``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Iterator
 
 from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
@@ -30,7 +37,11 @@ def answer_text(entry: Entry, name_map: dict[str, str]) -> str:
     to_openai = {bfcl: oa for oa, bfcl in name_map.items()}
     calls = [{to_openai[name]: args} for c in gold_calls(list(entry.ground_truth), list(entry.functions))
              for name, args in c.items()]
-    return render_tool_calls(calls) + END
+    if hashlib.sha256(entry.id.encode()).digest()[0] % 2:
+        return render_tool_calls(calls) + END
+    blocks = [f'<tool_call>\n{{"name":"{name}", "arguments": {json.dumps(args, ensure_ascii=False)}}}\n</tool_call>'
+              for c in calls for name, args in c.items()]
+    return "\n".join(blocks) + END
 
 
 def render(tokenizer, entry: Entry) -> tuple[str, str]:
