@@ -34,6 +34,8 @@ def test_train_resume_export(tmp_path):
     dest = tmp_path / "model"
     r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--export", str(dest), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    card = (dest / "MODEL_CARD.md").read_text()
+    assert "6 steps of batch 4" in card and "is **not** a general assistant" in card
     code = (
         "import sys; from transformers import AutoTokenizer, AutoModelForCausalLM\n"
         f"tok = AutoTokenizer.from_pretrained({str(dest)!r}); m = AutoModelForCausalLM.from_pretrained({str(dest)!r})\n"
