@@ -3,9 +3,10 @@
 Same prompts as the server: the request is first put in SGLang's view
 (:func:`sglang_pask.srt.request_view.sglang_view`: its ``ChatCompletionRequest`` model_dump of
 messages and tools), which is what ``make serve`` renders, so both backends see the same token
-ids. Greedy by default, constrained by the same kind of grammar (tool-call structural tag for
-``tool_choice="required"``; free text with ``auto``). One generation at a time (the runner is not
-thread-safe). A request the runner rejects (bad schema, prompt too long) is that entry's failure.
+ids, and constrained by the same grammar: the runner's ``grammar="sglang"`` builds it with SGLang's
+own pipeline (qwen tool parser structural tag; JSON schema without free whitespace, as
+``make serve`` passes ``--constrained-json-disable-any-whitespace``). Greedy by default. One
+generation at a time (the runner is not thread-safe). A request the runner rejects (bad schema, prompt too long) is that entry's failure.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class HFBackend(Backend):
         from sglang_pask.hf import Runner
 
         self.model, self.method, self.budget, self.policy = model, method, budget, policy
-        self.runner = Runner(model, method=method, budget=budget, policy=policy)
+        self.runner = Runner(model, method=method, budget=budget, policy=policy, grammar="sglang")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "HFBackend":

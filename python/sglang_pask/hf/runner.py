@@ -56,14 +56,16 @@ class Runner:
     ``budget``, ``policy``, ``method_options``) or a :class:`KVMethod` instance. ``groups``:
     layer groups (default: the policy's, else :func:`default_groups`). ``compress_every``:
     decode steps between budget checks (default: the method's ``interval``, via
-    ``KVMethod.due``). ``dtype``/``device``: for a model loaded from a directory. Not
-    thread-safe: one generation at a time.
+    ``KVMethod.due``). ``grammar``: ``xgrammar`` (xgrammar's built-in ``qwen_3`` tool-call tag,
+    whitespace capped; :mod:`.constraints`) or ``sglang`` (the server's own constraint pipeline,
+    for parity with ``make serve``; :mod:`.sglang_grammar`). ``dtype``/``device``: for a model
+    loaded from a directory. Not thread-safe: one generation at a time.
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
                  method: Union[str, KVMethod] = "full", budget: Optional[float] = None, policy=None, *,
                  compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
-                 constrain: bool = True, dtype: torch.dtype = torch.float32,
+                 constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
                  device: Optional[str] = None, method_options: Optional[dict] = None):
         if compress_every is not None and compress_every < 1:
             raise ValueError(f"compress_every must be >= 1, got {compress_every}")
@@ -97,7 +99,10 @@ class Runner:
         if sorted(i for g in self.groups for i in g) != list(range(self.num_layers)):
             raise ValueError(f"groups {self.groups} must partition the model's {self.num_layers} layers")
         self.compress_every = None if compress_every is None else int(compress_every)
+        if grammar not in ("xgrammar", "sglang"):
+            raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
         self.constrain = constrain
+        self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
         self._constraints = None
         from sglang_pask.structure import make_prompt_tagger
@@ -108,7 +113,10 @@ class Runner:
     @property
     def constraints(self):
         if self._constraints is None:
-            from .constraints import Constraints
+            if self.grammar == "sglang":
+                from .sglang_grammar import SGLangConstraints as Constraints
+            else:
+                from .constraints import Constraints
 
             self._constraints = Constraints(self.tokenizer, self.model.config.vocab_size, self.stop_ids)
         return self._constraints
