@@ -7,7 +7,6 @@ import json
 
 import jsonschema
 import pytest
-
 from conftest import TINY_RANDOM
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {

@@ -6,7 +6,8 @@ messages and tools), which is what ``make serve`` renders, so both backends see 
 ids, and constrained by the same grammar: the runner's ``grammar="sglang"`` builds it with SGLang's
 own pipeline (qwen tool parser structural tag; JSON schema without free whitespace, as
 ``make serve`` passes ``--constrained-json-disable-any-whitespace``). Greedy by default. One
-generation at a time (the runner is not thread-safe). A request the runner rejects (bad schema, prompt too long) is that entry's failure.
+generation at a time (the runner is not thread-safe). A request the runner rejects (bad schema,
+prompt too long) is that entry's failure.
 """
 
 from __future__ import annotations
