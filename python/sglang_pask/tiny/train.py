@@ -100,7 +100,10 @@ def batches(cfg: TrainConfig, tok, step: int):
     pad = tok.pad_token_id
     for g in groups:
         seqs = [items[i][0] + items[i][1] for i in g]
-        width = max(map(len, seqs))
+        # Widths rounded up to a multiple of 32: a handful of shapes instead of hundreds, so
+        # oneDNN's per-shape primitive cache and the allocator stop growing the process (seen:
+        # +12 MB per step with exact widths).
+        width = -(-max(map(len, seqs)) // 32) * 32
         ids = torch.full((len(g), width), pad, dtype=torch.long)
         pmask = torch.zeros((len(g), width), dtype=torch.bool)
         amask = torch.zeros((len(g), width), dtype=torch.bool)
