@@ -39,7 +39,9 @@ def answer_text(entry: Entry, name_map: dict[str, str]) -> str:
              for name, args in c.items()]
     if hashlib.sha256(entry.id.encode()).digest()[0] % 2:
         return render_tool_calls(calls) + END
-    blocks = [f'<tool_call>\n{{"name":"{name}", "arguments": {json.dumps(args, ensure_ascii=False)}}}\n</tool_call>'
+    # Exactly what follows SGLang's forced begin: no whitespace before the arguments value (the
+    # grammar does not allow it there; a model trained with `"arguments": {` is pushed off course).
+    blocks = [f'<tool_call>\n{{"name":"{name}", "arguments":{json.dumps(args, ensure_ascii=False)}}}\n</tool_call>'
               for c in calls for name, args in c.items()]
     return "\n".join(blocks) + END
 
