@@ -14,32 +14,9 @@ CONCURRENCY=${CONCURRENCY:-8}
 INPUT_LEN=${INPUT_LEN:-128}
 OUTPUT_LEN=${OUTPUT_LEN:-64}
 PY=.venv/bin/python
-OUT=$(mktemp -d)
-started_pid=""
-
-cleanup() {
-  if [[ -n "$started_pid" ]] && kill -0 "$started_pid" 2>/dev/null; then
-    kill -TERM "$started_pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$started_pid" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "$started_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-healthy() { curl -sf "http://$HOST:$PORT/health" >/dev/null 2>&1; }
-
-if ! healthy; then
-  make -s install >/dev/null
-  echo "serve_smoke: starting make serve on $HOST:$PORT (log: $OUT/server.log)"
-  make -s serve HOST="$HOST" PORT="$PORT" MODEL="$MODEL" >"$OUT/server.log" 2>&1 &
-  for _ in $(seq 1 240); do
-    started_pid=$(pgrep -f "sglang_pask.launch_server .*--port $PORT" | head -n 1 || true)
-    if grep -q "Errno 98" "$OUT/server.log"; then echo "port $PORT is taken" >&2; exit 1; fi
-    if [[ -n "$started_pid" ]] && healthy; then break; fi
-    sleep 1
-  done
-  healthy || { echo "server did not come up:"; tail -n 40 "$OUT/server.log"; exit 1; }
-fi
+source bench/lib_serve.sh
+OUT=$LOGDIR
+ensure_server
 
 $PY -m sglang_pask.cpu_shim.bench_serving --backend sglang --host "$HOST" --port "$PORT" \
   --model "$MODEL" --tokenizer "$MODEL" --dataset-name random-ids \

@@ -20,22 +20,26 @@ def test_train_resume_export(tmp_path):
     assert [rec["step"] for rec in log if "calib_accuracy" in rec] == [4]
     assert (out / "loss.png").stat().st_size > 0 and (out / "state.pt").exists()
 
-    # Resuming with a different config is refused; with the same config it continues at step 4.
-    r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--steps", "6", *TOY, "--resume", timeout=300)
+    # Resuming with a different config is refused (and so is fewer steps); a larger --steps extends
+    # the run from step 4, recorded in the log and in the model card's reproduce line.
+    r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--steps", "6", *TOY, "--lr", "0.01", "--resume",
+                   timeout=300)
     assert r.returncode != 0 and "different config" in r.stderr
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["steps"] = 6
-    (out / "config.json").write_text(json.dumps(cfg))
+    r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--steps", "2", *TOY, "--resume", timeout=300)
+    assert r.returncode != 0 and "only a larger --steps" in r.stderr
+    assert json.loads((out / "config.json").read_text())["steps"] == 4
     r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--steps", "6", *TOY, "--resume", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [rec["step"] for rec in log if "answer_loss" in rec] == [2, 4, 6]
+    assert {"extend_steps": [4, 6]} in log and json.loads((out / "config.json").read_text())["steps"] == 6
 
     dest = tmp_path / "model"
     r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--export", str(dest), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     card = (dest / "MODEL_CARD.md").read_text()
     assert "6 steps of batch 4" in card and "is **not** a general assistant" in card
+    assert "--steps 4`, then `... --out runs/tiny-fc --resume --steps 6`" in card
     code = (
         "import sys; from transformers import AutoTokenizer, AutoModelForCausalLM\n"
         f"tok = AutoTokenizer.from_pretrained({str(dest)!r}); m = AutoModelForCausalLM.from_pretrained({str(dest)!r})\n"

@@ -1,7 +1,8 @@
 """Train pask-tiny-fc: a small Qwen3 that makes function calls on the synthetic ``tiny`` profile.
 
-    python -m sglang_pask.tiny.train --out runs/tiny-fc --steps 10000        # CPU: ~2 h on 2 cores
+    python -m sglang_pask.tiny.train --out runs/tiny-fc --steps 6000         # CPU: ~90 min on 2 cores
     python -m sglang_pask.tiny.train --out runs/tiny-fc --resume             # continue a run
+    python -m sglang_pask.tiny.train --out runs/tiny-fc --resume --steps 8000  # extend a finished run
     python -m sglang_pask.tiny.train --out runs/tiny-fc --export models/pask-tiny-fc
 
 Data: the synthetic generator's ``train`` split only (profile ``tiny``); entry ``step * batch + k``
@@ -31,7 +32,7 @@ RANDOM_MODEL = "models/tiny-random-qwen3"  # its tokenizer renders the BPE train
 
 @dataclass
 class TrainConfig:
-    steps: int = 10000
+    steps: int = 6000  # the shipped models/pask-tiny-fc
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 200
@@ -191,8 +192,13 @@ def train(cfg: TrainConfig, out: str, device: str = "cpu", resume: bool = False,
     if resume:
         tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizer"))
         saved = json.load(open(os.path.join(out, "config.json")))
-        if saved != asdict(cfg):
-            raise SystemExit(f"--resume with a different config: {saved} != {asdict(cfg)}")
+        if {**saved, "steps": cfg.steps} != asdict(cfg) or cfg.steps < saved["steps"]:
+            raise SystemExit(f"--resume with a different config (only a larger --steps may change): "
+                             f"{saved} != {asdict(cfg)}")
+        if cfg.steps != saved["steps"]:  # extend a run: the cosine schedule is recomputed for the new length
+            json.dump(asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
+            with open(os.path.join(out, "log.jsonl"), "a") as f:
+                f.write(json.dumps({"extend_steps": [saved["steps"], cfg.steps]}) + "\n")
     else:
         tok = train_tokenizer(cfg, out)
         json.dump(asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -267,6 +273,14 @@ def model_card(out: str, cfg: TrainConfig, n_params: int) -> str:
     evals = [r for r in recs if "calib_accuracy" in r]
     last = train[-1] if train else {}
     curve = ", ".join(f"{r['step']}: {100 * r['calib_accuracy']:.0f}%" for r in evals)
+    # elapsed_s restarts with each --resume: wall time = sum of each segment's last elapsed_s
+    wall = sum(a["elapsed_s"] for a, b in zip(train, train[1:] + [None])
+               if b is None or b["elapsed_s"] < a["elapsed_s"])
+    first_steps = [r["extend_steps"][0] for r in recs if "extend_steps" in r][:1] or [cfg.steps]
+    reproduce = f"`python -m sglang_pask.tiny.train --out runs/tiny-fc --steps {first_steps[0]}`"
+    for r in recs:
+        if "extend_steps" in r:
+            reproduce += f", then `... --out runs/tiny-fc --resume --steps {r['extend_steps'][1]}`"
     return f"""# pask-tiny-fc
 
 A tiny Qwen3 function-calling model that sglang_pask trains itself, so accuracy under a KV budget
@@ -284,9 +298,9 @@ compact Qwen3-style tools template.
   constrained decoding can force. Checkpoints scored on the `calib` split; `eval` never seen.
 - Training: {last.get('step', 0)} steps of batch {cfg.batch}, AdamW lr {cfg.lr} (warmup
   {cfg.warmup}, cosine to 10%), loss = answer CE + {cfg.prompt_weight} x prompt CE, bf16 autocast,
-  {last.get('elapsed_s', 0) / 60:.0f} min wall on 2 CPU cores; final answer loss
+  {wall / 60:.0f} min wall on 2 CPU cores; final answer loss
   {last.get('answer_loss')}, prompt loss {last.get('prompt_loss')}.
-- Reproduce: `python -m sglang_pask.tiny.train --out runs/tiny-fc --steps {cfg.steps}` then
+- Reproduce: {reproduce}, then
   `python -m sglang_pask.tiny.train --out runs/tiny-fc --export models/pask-tiny-fc`.
 - Calib exact-call accuracy during training (greedy, unconstrained, {cfg.eval_n} entries): {curve}.
 """
