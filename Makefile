@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 SGLANG := sglang==0.5.23
 XGRAMMAR := xgrammar==0.2.8
 
-MODEL ?= models/tiny-random-qwen3
+MODEL ?= models/pask-tiny-fc
 HOST ?= 127.0.0.1
 PORT ?= 30000
 MAX_TOTAL_TOKENS ?= 65536

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-30000}
-MODEL=${MODEL:-models/tiny-random-qwen3}
+MODEL=${MODEL:-models/pask-tiny-fc}
 NUM_PROMPTS=${NUM_PROMPTS:-32}
 CONCURRENCY=${CONCURRENCY:-8}
 INPUT_LEN=${INPUT_LEN:-128}
