@@ -1,6 +1,10 @@
 # Sourced by bench scripts: use the server at $HOST:$PORT if one answers /health, otherwise start
 # `make serve` there (MODEL, and SERVE_ARGS if set) and stop it by the PID of its python process on
-# exit (normal or failure). Needs HOST, PORT, MODEL; sets LOGDIR (a temp dir holding server.log).
+# exit (normal or failure). HOST, PORT, MODEL default to `make serve`'s; sets LOGDIR (a temp dir
+# holding server.log).
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-30000}
+MODEL=${MODEL:-models/pask-tiny-fc}
 LOGDIR=$(mktemp -d)
 started_pid=""
 

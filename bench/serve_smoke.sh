@@ -6,15 +6,12 @@
 #   NUM_PROMPTS=64 CONCURRENCY=16 bash bench/serve_smoke.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HOST=${HOST:-127.0.0.1}
-PORT=${PORT:-30000}
-MODEL=${MODEL:-models/pask-tiny-fc}
+source bench/lib_serve.sh
 NUM_PROMPTS=${NUM_PROMPTS:-32}
 CONCURRENCY=${CONCURRENCY:-8}
 INPUT_LEN=${INPUT_LEN:-128}
 OUTPUT_LEN=${OUTPUT_LEN:-64}
 PY=.venv/bin/python
-source bench/lib_serve.sh
 OUT=$LOGDIR
 ensure_server
 

@@ -6,16 +6,13 @@
 #   N=400 TOOL_CHOICE=auto bash bench/tiny_server_eval.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HOST=${HOST:-127.0.0.1}
-PORT=${PORT:-30000}
-MODEL=${MODEL:-models/pask-tiny-fc}
+source bench/lib_serve.sh
 N=${N:-200}
 PROFILE=${PROFILE:-tiny}
 TOOL_CHOICE=${TOOL_CHOICE:-required}
 MAX_TOKENS=${MAX_TOKENS:-128}
 WORKERS=${WORKERS:-4}
 OUT=${OUT:-runs/server-$(basename "$MODEL")-$TOOL_CHOICE-n$N}
-source bench/lib_serve.sh
 ensure_server
 
 start=$(date +%s)

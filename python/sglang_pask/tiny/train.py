@@ -276,11 +276,10 @@ def model_card(out: str, cfg: TrainConfig, n_params: int) -> str:
     # elapsed_s restarts with each --resume: wall time = sum of each segment's last elapsed_s
     wall = sum(a["elapsed_s"] for a, b in zip(train, train[1:] + [None])
                if b is None or b["elapsed_s"] < a["elapsed_s"])
-    first_steps = [r["extend_steps"][0] for r in recs if "extend_steps" in r][:1] or [cfg.steps]
-    reproduce = f"`python -m sglang_pask.tiny.train --out runs/tiny-fc --steps {first_steps[0]}`"
-    for r in recs:
-        if "extend_steps" in r:
-            reproduce += f", then `... --out runs/tiny-fc --resume --steps {r['extend_steps'][1]}`"
+    extends = [r["extend_steps"] for r in recs if "extend_steps" in r]  # [[from, to], ...] in order
+    first = extends[0][0] if extends else cfg.steps
+    reproduce = f"`python -m sglang_pask.tiny.train --out runs/tiny-fc --steps {first}`"
+    reproduce += "".join(f", then `... --out runs/tiny-fc --resume --steps {to}`" for _, to in extends)
     return f"""# pask-tiny-fc
 
 A tiny Qwen3 function-calling model that sglang_pask trains itself, so accuracy under a KV budget
