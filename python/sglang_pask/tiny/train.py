@@ -32,7 +32,9 @@ RANDOM_MODEL = "models/tiny-random-qwen3"  # its tokenizer renders the BPE train
 
 @dataclass
 class TrainConfig:
-    steps: int = 6000  # the shipped models/pask-tiny-fc
+    # models/pask-tiny-fc was trained 6,000 steps (this default), then extended with
+    # `--resume --steps 8000` (8,000 in all; its MODEL_CARD.md reproduce line names both).
+    steps: int = 6000
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 200
@@ -158,13 +160,28 @@ def evaluate(model, tok, cfg: TrainConfig, device: str) -> dict:
     return {"calib_n": n, "calib_correct": correct, "calib_accuracy": correct / n}
 
 
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_json(path: str, obj: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+
+
+def _read_log(out: str) -> list[dict]:
+    with open(os.path.join(out, "log.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def plot(out: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    recs = _read_log(out)
     tr = [r for r in recs if "answer_loss" in r]
     ev = [r for r in recs if "calib_accuracy" in r]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -191,17 +208,17 @@ def train(cfg: TrainConfig, out: str, device: str = "cpu", resume: bool = False,
     state_path = os.path.join(out, "state.pt")
     if resume:
         tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizer"))
-        saved = json.load(open(os.path.join(out, "config.json")))
+        saved = _read_json(os.path.join(out, "config.json"))
         if {**saved, "steps": cfg.steps} != asdict(cfg) or cfg.steps < saved["steps"]:
             raise SystemExit(f"--resume with a different config (only a larger --steps may change): "
                              f"{saved} != {asdict(cfg)}")
         if cfg.steps != saved["steps"]:  # extend a run: the cosine schedule is recomputed for the new length
-            json.dump(asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
+            _write_json(os.path.join(out, "config.json"), asdict(cfg))
             with open(os.path.join(out, "log.jsonl"), "a") as f:
                 f.write(json.dumps({"extend_steps": [saved["steps"], cfg.steps]}) + "\n")
     else:
         tok = train_tokenizer(cfg, out)
-        json.dump(asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
+        _write_json(os.path.join(out, "config.json"), asdict(cfg))
     model = build_model(cfg, tok).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     step = 0
@@ -210,41 +227,41 @@ def train(cfg: TrainConfig, out: str, device: str = "cpu", resume: bool = False,
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step = st["step"]
-    log = open(os.path.join(out, "log.jsonl"), "a")
-    t0, tokens, start = time.time(), 0, time.time()
-    model.train()
-    while step < cfg.steps:
-        for ids, pmask, amask in batches(cfg, tok, step):
-            ids, pmask, amask = ids.to(device), pmask.to(device), amask.to(device)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            with torch.autocast(device_type=device, dtype=torch.bfloat16):
-                a_loss, p_loss = losses(model, ids, pmask, amask)
-            loss = a_loss + cfg.prompt_weight * p_loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            tokens += int(ids.numel())
-            step += 1
-            if step % cfg.log_every == 0:
-                rec = {"step": step, "answer_loss": round(a_loss.item(), 5), "prompt_loss": round(p_loss.item(), 5),
-                       "lr": lr_at(cfg, step), "tok_s": round(tokens / (time.time() - t0)),
-                       "elapsed_s": round(time.time() - start)}
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-                print(json.dumps(rec), flush=True)
-                t0, tokens = time.time(), 0
-            done = step >= cfg.steps or (max_minutes and time.time() - start > 60 * max_minutes)
-            if step % cfg.eval_every == 0 or done:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, state_path)
-                rec = {"step": step, **evaluate(model, tok, cfg, device)}
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-                print(json.dumps(rec), flush=True)
-                plot(out)
-            if done:
-                return
+    with open(os.path.join(out, "log.jsonl"), "a") as log:
+        t0, tokens, start = time.time(), 0, time.time()
+        model.train()
+        while step < cfg.steps:
+            for ids, pmask, amask in batches(cfg, tok, step):
+                ids, pmask, amask = ids.to(device), pmask.to(device), amask.to(device)
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(cfg, step)
+                with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                    a_loss, p_loss = losses(model, ids, pmask, amask)
+                loss = a_loss + cfg.prompt_weight * p_loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                tokens += int(ids.numel())
+                step += 1
+                if step % cfg.log_every == 0:
+                    rec = {"step": step, "answer_loss": round(a_loss.item(), 5), "prompt_loss": round(p_loss.item(), 5),
+                           "lr": lr_at(cfg, step), "tok_s": round(tokens / (time.time() - t0)),
+                           "elapsed_s": round(time.time() - start)}
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    print(json.dumps(rec), flush=True)
+                    t0, tokens = time.time(), 0
+                done = step >= cfg.steps or (max_minutes and time.time() - start > 60 * max_minutes)
+                if step % cfg.eval_every == 0 or done:
+                    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, state_path)
+                    rec = {"step": step, **evaluate(model, tok, cfg, device)}
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    print(json.dumps(rec), flush=True)
+                    plot(out)
+                if done:
+                    return
 
 
 def export(out: str, dest: str) -> None:
@@ -252,7 +269,7 @@ def export(out: str, dest: str) -> None:
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
-    cfg = TrainConfig(**json.load(open(os.path.join(out, "config.json"))))
+    cfg = TrainConfig(**_read_json(os.path.join(out, "config.json")))
     tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizer"))
     model = build_model(cfg, tok)
     model.load_state_dict(torch.load(os.path.join(out, "state.pt"), map_location="cpu")["model"])
@@ -268,7 +285,7 @@ def export(out: str, dest: str) -> None:
 
 def model_card(out: str, cfg: TrainConfig, n_params: int) -> str:
     """Training facts read from the run folder; the scores section is added by whoever measures."""
-    recs = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    recs = _read_log(out)
     train = [r for r in recs if "answer_loss" in r]
     evals = [r for r in recs if "calib_accuracy" in r]
     last = train[-1] if train else {}
@@ -294,7 +311,8 @@ compact Qwen3-style tools template.
   training examples, with Qwen3's special tokens and the `<tool_call>` tags.
 - Data: the synthetic generator's `train` split, profile `tiny` (sglang_pask.eval.synthetic);
   prompts rendered exactly as the SGLang server renders them; answers in both call spellings that
-  constrained decoding can force. Checkpoints scored on the `calib` split; `eval` never seen.
+  constrained decoding can force. Checkpoints scored on the `calib` split; `eval` never trained
+  on (whether it informed any training decision is said under Scores).
 - Training: {last.get('step', 0)} steps of batch {cfg.batch}, AdamW lr {cfg.lr} (warmup
   {cfg.warmup}, cosine to 10%), loss = answer CE + {cfg.prompt_weight} x prompt CE, bf16 autocast,
   {wall / 60:.0f} min wall on 2 CPU cores; final answer loss
