@@ -22,7 +22,7 @@ from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.decode import render_tool_calls
 from sglang_pask.eval.synthetic import generate
-from sglang_pask.eval.testing import gold_calls
+from sglang_pask.eval.gold import gold_calls
 
 END = "<|im_end|>"
 
