@@ -57,24 +57,126 @@ def test_pooling_helpers_match_their_definition():
         assert np.allclose(max_pool(x, k), want_max) and np.allclose(avg_pool(x, k), want_avg)
 
 
-def test_pyramidkv_budgets_decrease_linearly_with_the_same_total():
-    T, L = 200, 6
-    rng = np.random.default_rng(2)
-    view = CacheView(L, [[i] for i in range(L)], T, np.zeros(T, dtype=np.int64), [np.arange(T)] * L,
-                     attention=AttentionStats(window=[rng.random(T) for _ in range(L)], window_size=8))
-    pyr = make_method("pyramidkv", 0.3).allocation(view)
-    uni = make_method("snapkv", 0.3).allocation(view)
-    assert pyr.sum() == uni.sum() == view.budget_slots(0.3)
-    assert np.all(np.diff(pyr) <= 0) and pyr[0] > 1.8 * uni[0] and pyr[-1] < 0.2 * uni[-1]
-    steps = -np.diff(pyr)
-    assert steps.max() - steps.min() <= 2  # linear up to rounding
+def pyramid_view(T, L, window_size=32, seed=2) -> CacheView:
+    rng = np.random.default_rng(seed)
+    return CacheView(L, [[i] for i in range(L)], T, np.zeros(T, dtype=np.int64), [np.arange(T)] * L,
+                     attention=AttentionStats(window=[rng.random(T) for _ in range(L)],
+                                              window_size=window_size))
+
+
+def kvpress_layer_budgets(T, L, b, w=32, beta=20):
+    """kvpress 8bb29b9 PyramidKVPress.get_layer_budget, restated for every layer (the reference
+    uses round() per layer; the method rounds by largest remainder to keep the total exact)."""
+    cap = w + T * b  # compression_ratio = 1 - b
+    lo = (cap - w) / beta
+    hi = (cap - w) * 2 - lo
+    if hi >= T - w:
+        hi = T - w
+        lo = (cap - w) * 2 - hi
+    if not (T >= hi >= lo >= w):
+        return [T * b] * L, True
+    return [hi - i * (hi - lo) / (L - 1) for i in range(L)], False
+
+
+@pytest.mark.parametrize("T, L, b, fallback", [
+    (190, 4, 0.5, False),  # the issue's case: was [184, 125, 65, 6], top layer below its window
+    (4000, 6, 0.2, False),  # a full pyramid: max = 2k - k/beta < T - w, min = k/beta >= w
+    (2000, 5, 0.4, False),
+    (190, 4, 0.2, True),   # k = 38: min = k/20 < w = 32 -> uniform SnapKV budgets
+    (200, 6, 0.3, True),
+])
+def test_pyramidkv_layer_budgets_follow_kvpress_with_the_window_floor_and_fallback(T, L, b, fallback):
+    view = pyramid_view(T, L)
+    pyr = make_method("pyramidkv", b).allocation(view)
+    uni = make_method("snapkv", b).allocation(view)
+    want, fell_back = kvpress_layer_budgets(T, L, b)
+    assert fell_back == fallback
+    S = view.budget_slots(b)
+    assert pyr.sum() == uni.sum() == S  # the project's budget invariant, exactly
+    assert np.all(np.abs(pyr - np.asarray(want)) <= 1.0 + 1e-9), (pyr, want)
+    if fallback:
+        assert np.array_equal(pyr, uni)
+    else:
+        assert np.all(np.diff(pyr) < 0) and pyr[-1] >= 32  # strictly decreasing, top >= window
+        assert pyr[0] <= T - 32  # bottom capped at T - w
+    if (T, L, b) == (190, 4, 0.5):
+        assert pyr.tolist() == [158, 116, 74, 32]
     # within a layer, pyramidkv is snapkv at that layer's budget
-    sel = make_method("pyramidkv", 0.3).select(view)
+    sel = make_method("pyramidkv", b).select(view)
     for layer in range(L):
         one = CacheView(1, [[0]], T, view.classes, [np.arange(T)], attention=AttentionStats(
-            window=[view.attention.window[layer]], window_size=8))
+            window=[view.attention.window[layer]], window_size=32))
         snap = make_method("snapkv", len(sel.kept[layer]) / T + 1e-12).select(one).kept[0]
         assert np.array_equal(sel.kept[layer], snap)
+
+
+def test_pyramidkv_beta_shapes_the_pyramid():
+    view = pyramid_view(2000, 5)
+    steep, flat = (make_method("pyramidkv", 0.4, beta=beta).allocation(view) for beta in (20, 2))
+    assert steep.sum() == flat.sum() and steep[0] - steep[-1] > flat[0] - flat[-1] > 0
+
+
+def test_snapkv_pools_the_prefix_only_and_keeps_the_window():
+    # a huge vote on the last prefix position must not spill into the window through pooling,
+    # and window votes must not spill into the prefix
+    T, w = 60, 8
+    votes = np.zeros(T)
+    votes[T - w - 1] = 9.0  # last prefix position
+    votes[T - w:] = 100.0  # the window's own column mass: not pooled over
+    votes[10] = 1.0
+    view = one_layer(T, window=[votes], window_size=w)
+    kept = make_method("snapkv", 15 / T, kernel_size=7).select(view).kept[0]
+    # 8 window + 7 prefix: 51 +- 3 clipped to the prefix = 48..51 (4), then 10's neighbourhood
+    assert set(range(T - w, T)) <= set(kept.tolist())
+    assert set(range(48, 52)) <= set(kept.tolist())
+    assert len(set(kept.tolist()) & set(range(7, 14))) == 3  # the next best: pooled around 10
+
+
+def test_snapkv_defaults_are_the_references():
+    m = make_method("snapkv", 0.5)
+    assert (m.window, m.kernel_size, m.pooling, m.per_head) == (32, 7, "max", False)
+    assert make_method("pyramidkv", 0.5).beta == 20.0
+    assert make_method("streaming", 0.5).sinks == 4
+    h = make_method("h2o", 0.5)
+    assert (h.recent_ratio, h.normalize) == (0.5, False)
+
+
+def test_h2o_normalised_divides_by_the_queries_that_saw_each_token():
+    T = 100
+    acc = np.linspace(50.0, 1.0, T)  # early tokens accumulate more just by being seen longer
+    acc[60] = 30.0
+    view = one_layer(T, accumulated=[acc])
+    paper = make_method("h2o", 0.2, recent_ratio=0.0).select(view).kept[0]
+    norm = make_method("h2o", 0.2, recent_ratio=0.0, normalize=True).select(view).kept[0]
+    assert paper.tolist() == sorted([*range(0, 19), 99])  # the oldest win
+    want = np.argsort(-(acc / (T - np.arange(T)))[:99], kind="stable")[:19]
+    assert norm.tolist() == sorted([*want.tolist(), 99])
+    assert 60 in norm and 60 not in paper
+
+
+def test_snapkv_per_head_selects_one_set_per_kv_head():
+    T, H, w = 40, 2, 4
+    votes = np.zeros((H, T))
+    votes[0, 5], votes[1, 20] = 5.0, 5.0
+    view = CacheView(1, [[0]], T, np.zeros(T, dtype=np.int64), [np.arange(T)],
+                     attention=AttentionStats(window=[votes.sum(0)], window_heads=[votes], window_size=w))
+    sel = make_method("snapkv", 7 / T, kernel_size=3, per_head=True).select(view)  # n = 7
+    m = sel.head_mask[0]
+    per = [sel.kept[0][m[h]].tolist() for h in range(H)]
+    assert per == [[4, 5, 6, *range(36, 40)], [19, 20, 21, *range(36, 40)]]
+    assert sel.kept[0].tolist() == [4, 5, 6, 19, 20, 21, *range(36, 40)]
+    # a later per-head compression chooses within what each head still holds
+    T2 = 41
+    held = np.append(sel.kept[0], 40)
+    mask2 = np.concatenate([m, np.ones((H, 1), bool)], axis=1)
+    v2 = np.where(mask2, 1.0, 0.0)
+    view2 = CacheView(1, [[0]], T2, np.zeros(T2, dtype=np.int64), [held], head_mask=[mask2],
+                      attention=AttentionStats(window_heads=[v2], window_size=1))
+    assert view2.held().tolist() == [8]
+    sel2 = make_method("snapkv", 6 / T2, kernel_size=1, per_head=True).select(view2)  # n = 6
+    for h in range(H):
+        own = sel2.kept[0][sel2.head_mask[0][h]]
+        assert len(own) == 6 and set(own.tolist()) <= set(held[mask2[h]].tolist()) and 40 in own
 
 
 def test_random_differs_by_seed_but_not_by_call():
@@ -140,7 +242,32 @@ def test_methods_import_no_engine():
     assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _build(name, budget=0.3, **options):
+    from sglang_pask.methods.testing import random_policy
+
+    pol = random_policy(0, [[0, 1], [2]], budget) if name == "pask" else None
+    return make_method(name, 1.0 if name == "full" else budget, policy=pol, **options), pol
+
+
 @pytest.mark.parametrize("name", sorted(METHODS))
-def test_docstring_names_the_paper_or_says_none(name):
-    doc = METHODS[name].__doc__
-    assert "arXiv:" in doc or "No paper" in doc or "no paper" in doc or name == "pask"
+def test_record_round_trips_through_make_method(name):
+    """record() is JSON, names every field with its value, and rebuilds an equal method; a
+    non-default option survives the trip and changes the record."""
+    from dataclasses import fields
+
+    m, pol = _build(name, schedule="prefill", interval=3)
+    rec = json.loads(json.dumps(m.record()))  # JSON-serialisable, no loss
+    init = [f.name for f in fields(m) if f.init]
+    assert list(rec) == ["name", *init] and rec["name"] == name == METHODS[name].name
+    assert rec["schedule"] == "prefill" and rec["interval"] == 3
+    back = make_method(**{**rec, "policy": pol} if pol is not None else rec)
+    assert back == m and hash(back) == hash(m) and back.record() == rec and type(back) is type(m)
+    assert repr(back) == repr(m) and all(f"{k}=" in repr(m) for k in init if k != "policy")
+    if pol is not None:
+        from sglang_pask.methods import policy_hash
+
+        assert rec["policy"] == {"name": pol.name, "sha256": policy_hash(pol)}
+        other = pol.model_copy(update={"sinks": pol.sinks + 1})
+        assert make_method(**{**rec, "policy": other}) != m  # compared by the policy's hash
+    assert make_method(**{**rec, "schedule": "continuous"} if pol is None else
+                       {**rec, "policy": pol, "schedule": "continuous"}) != m

@@ -3,12 +3,15 @@ neither transformers nor SGLang (a test checks).
 
 Use::
 
-    method = make_method("snapkv", 0.33)                   # or "pask", policy=load_policy(...)
-    if method.due(step, slots_held, seq_len, num_layers):   # prefill end, then every `interval`
+    method = make_method("snapkv", 0.33, schedule="prefill")  # or "pask", policy=load_policy(...)
+    method.record()  # {"name": "snapkv", "budget": 0.33, "schedule": "prefill", ..., every field}
+    if method.due(step, slots_held, seq_len, num_layers):   # prefill end (then every `interval`)
         view = CacheView(num_layers, groups, seq_len, classes, retained, protected_tail=1,
                          attention=AttentionStats(window=..., window_size=w))  # if needs_attention
         kept = method.select(view).kept                     # per layer, sorted logical positions
 
+Every method is a frozen dataclass whose fields are its options (``repr`` shows them all;
+``make_method(**method.record())`` rebuilds it, pask given its policy object back).
 ``METHODS`` drives CLI ``choices=``; a new method is one file, one class, one entry here.
 """
 
@@ -16,14 +19,22 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod, Selection, split_slots
+from sglang_pask.methods.base import (
+    SCHEDULES,
+    AttentionStats,
+    CacheView,
+    KVMethod,
+    Selection,
+    split_slots,
+)
 from sglang_pask.methods.full import Full
 from sglang_pask.methods.h2o import H2O
-from sglang_pask.methods.pask import Pask
+from sglang_pask.methods.pask import NO_POLICY, Pask
 from sglang_pask.methods.pyramidkv import PyramidKV
 from sglang_pask.methods.random import Random
 from sglang_pask.methods.snapkv import SnapKV
 from sglang_pask.methods.streaming import Streaming
+from sglang_pask.policy.digest import policy_hash
 
 METHODS: dict[str, type[KVMethod]] = {
     cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, Pask, Random)
@@ -32,12 +43,14 @@ METHODS: dict[str, type[KVMethod]] = {
 
 def make_method(name: str, budget: Optional[float] = None, policy=None, **options) -> KVMethod:
     """The method ``name`` at budget ``budget`` (``full``: 1.0; ``pask``: default the policy's).
-    ``policy`` is for ``pask`` only; ``options`` are the class's keyword arguments (unknown
-    ones raise TypeError)."""
+    ``policy`` is for ``pask`` only; ``options`` are the class's other fields (``schedule``,
+    ``interval``, the method's own; unknown ones raise TypeError)."""
     if name not in METHODS:
         raise ValueError(f"unknown KV method {name!r} (choices: {', '.join(METHODS)})")
     cls = METHODS[name]
     if cls is Pask:
+        if policy is None:
+            raise ValueError(NO_POLICY)
         return Pask(budget, policy=policy, **options)
     if policy is not None:
         raise ValueError(f"method {name!r} takes no policy (only 'pask' does)")
@@ -49,6 +62,7 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 
 
 __all__ = [
-    "METHODS", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method", "split_slots",
+    "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
+    "policy_hash", "split_slots",
     "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "Pask", "Random",
 ]

@@ -7,14 +7,25 @@ point, call :meth:`KVMethod.select`, and physically drop everything not kept.
 Budget (DESIGN.md §2): with ``L`` layers and ``T`` logical tokens so far, a method may retain at
 most ``S = floor(b * L * T)`` token-layer slots in total. Methods are compared at the same ``b``.
 
-When to compress (:meth:`KVMethod.due`): at prefill end, and during decoding every ``interval``
-steps whenever the cache holds more than ``S`` slots. Each layer's view is what it *currently*
-holds, so after a first compression layers may differ (pyramid budgets, per-layer scores).
+When to compress (:meth:`KVMethod.due`, DESIGN.md §4 "Schedules"; field ``schedule``):
+
+* ``continuous``: at prefill end, and during decoding every ``interval`` steps whenever the cache
+  holds more than ``S`` slots (``b`` is the fraction of all tokens);
+* ``prefill``: once, at prefill end (``T = P``, the prompt length, so ``S = floor(b * L * P)``),
+  and every output token is kept afterwards (``b`` is the fraction of the prompt), as the SnapKV
+  and PyramidKV papers do.
+
+Each layer's view is what it *currently* holds, so after a first compression layers may differ
+(pyramid budgets, per-layer scores). Per-KV-head methods (``per_head``) keep, per layer, one set
+per KV head: the layer physically holds their union and masks within it (:attr:`CacheView.head_mask`,
+:attr:`Selection.head_mask`); budgets count per head (every head of a layer keeps the layer's
+allocation), and :meth:`CacheView.held` is what each head holds.
 
 Invariants every method satisfies (tested by looping over the registry, test/test_methods_*):
 
 * ``select`` returns, per layer, a sorted, duplicate-free subset of that layer's currently
-  retained positions, of exactly ``allocation(view)[layer]`` elements;
+  retained positions, of exactly ``allocation(view)[layer]`` elements (per-head methods: each
+  head keeps exactly that many of the positions it holds; ``kept`` is their union);
 * the current step's tokens (positions ``>= view.seq_len - view.protected_tail``) are always kept;
 * ``sum(allocation) == min(S, slots held)`` -- the budget is used, never exceeded -- unless the
   protected tail alone exceeds ``S``, in which case each layer keeps exactly its protected tail
@@ -28,8 +39,8 @@ Invariants every method satisfies (tested by looping over the registry, test/tes
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import ClassVar, Optional, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -43,13 +54,16 @@ class AttentionStats:
     position of layer ``l`` has received so far, summed over heads and over all queries seen
     (H2O). ``window[l]``: float ``[len(view.retained[l])]``, attention from the last
     ``window_size`` queries (positions ``seq_len - window_size ..``), summed over heads and those
-    queries (SnapKV, PyramidKV); methods pool it themselves. Entries are aligned with
-    ``view.retained[l]``, finite and >= 0.
+    queries (SnapKV, PyramidKV); methods pool it themselves. ``window_heads[l]``: float
+    ``[kv_heads, len(view.retained[l])]``, the same per KV head (summed over the query heads of
+    each KV group; 0 where a head no longer holds the position), for per-head selection.
+    Entries are aligned with ``view.retained[l]``, finite and >= 0.
     """
 
     accumulated: Optional[list[np.ndarray]] = None
     window: Optional[list[np.ndarray]] = None
     window_size: int = 0
+    window_heads: Optional[list[np.ndarray]] = None
 
     def get(self, name: str, view: "CacheView") -> list[np.ndarray]:
         """The ``name`` field, checked against ``view`` (raises ValueError naming the problem)."""
@@ -61,8 +75,11 @@ class AttentionStats:
         out = []
         for layer, (s, held) in enumerate(zip(stats, view.retained)):
             s = np.asarray(s, dtype=np.float64)
-            if s.shape != held.shape:
-                raise ValueError(f"attention.{name}[{layer}] has shape {s.shape}, expected {held.shape}")
+            ok = s.shape == held.shape if name != "window_heads" else (
+                s.ndim == 2 and s.shape[1] == held.size and s.shape[0] >= 1)
+            if not ok:
+                want = held.shape if name != "window_heads" else ("kv_heads", held.size)
+                raise ValueError(f"attention.{name}[{layer}] has shape {s.shape}, expected {want}")
             if not np.all(np.isfinite(s)):
                 raise ValueError(f"attention.{name}[{layer}] holds non-finite values")
             out.append(s)
@@ -78,6 +95,10 @@ class CacheView:
     ``groups``: consecutive layer indices sharing one decision (a partition of ``range(L)``).
     ``protected_tail``: how many of the newest positions belong to the current step; every layer
     must hold them. ``prompt_len``: informational (methods here do not read it).
+    ``head_mask[l]``: None (every KV head holds all of ``retained[l]``) or bool
+    ``[kv_heads, n_l]``: which retained positions each KV head still holds (after a per-head
+    selection); every head holds the same number of them, the current step included, and every
+    retained position is held by some head.
     """
 
     num_layers: int
@@ -88,6 +109,7 @@ class CacheView:
     protected_tail: int = 1
     attention: Optional[AttentionStats] = None
     prompt_len: int = 0
+    head_mask: Optional[Sequence[Optional[np.ndarray]]] = None
 
     def __post_init__(self):
         if len(self.retained) != self.num_layers:
@@ -106,6 +128,20 @@ class CacheView:
             if self.tail_count(layer) != self.protected_tail:
                 raise ValueError(f"retained[{layer}] lacks some of the current step's "
                                  f"{self.protected_tail} positions")
+        if self.head_mask is not None:
+            if len(self.head_mask) != self.num_layers:
+                raise ValueError(f"head_mask has {len(self.head_mask)} layers, expected {self.num_layers}")
+            self.head_mask = [None if m is None else np.asarray(m, dtype=bool) for m in self.head_mask]
+            for layer, (m, r) in enumerate(zip(self.head_mask, self.retained)):
+                if m is None:
+                    continue
+                counts = m.sum(axis=1) if m.ndim == 2 else None
+                if m.ndim != 2 or m.shape[1] != r.size or len(set(counts.tolist())) > 1:
+                    raise ValueError(f"head_mask[{layer}] must be [kv_heads, {r.size}] with the "
+                                     "same count per head")
+                if not m.any(axis=0).all() or not m[:, r >= self.tail_start].all():
+                    raise ValueError(f"head_mask[{layer}]: every position must be held by some "
+                                     "head, the current step by all")
 
     @property
     def tail_start(self) -> int:
@@ -117,8 +153,20 @@ class CacheView:
         return int(r.size - np.searchsorted(r, self.tail_start))
 
     def held(self) -> np.ndarray:
-        """int64 ``[L]``: how many positions each layer holds now."""
-        return np.array([r.size for r in self.retained], dtype=np.int64)
+        """int64 ``[L]``: how many positions each layer holds now (per KV head, when
+        :attr:`head_mask` restricts heads: every head of a layer holds that many)."""
+        masks = self.head_mask or [None] * self.num_layers
+        return np.array([r.size if m is None else int(m[0].sum()) for r, m in zip(self.retained, masks)],
+                        dtype=np.int64)
+
+    def head_held(self, layer: int, kv_heads: int) -> np.ndarray:
+        """bool ``[kv_heads, n_l]``: which retained positions of ``layer`` each KV head holds."""
+        m = None if self.head_mask is None else self.head_mask[layer]
+        if m is None:
+            return np.ones((kv_heads, self.retained[layer].size), dtype=bool)
+        if m.shape[0] != kv_heads:
+            raise ValueError(f"head_mask[{layer}] has {m.shape[0]} heads, the statistics {kv_heads}")
+        return m
 
     def budget_slots(self, budget: float) -> int:
         """``floor(b * L * T)``: the total token-layer slots a method may retain."""
@@ -134,6 +182,9 @@ class Selection:
 
     kept: list[np.ndarray]
     info: dict = field(default_factory=dict)
+    #: per-head methods: per layer bool ``[kv_heads, len(kept[l])]``, which kept positions each
+    #: KV head keeps (engines mask the others within the layer); None: every head keeps all
+    head_mask: Optional[list[np.ndarray]] = None
 
     def per_group(self, view: CacheView) -> dict[int, np.ndarray]:
         """The kept set of each group's first layer (group-level methods keep one set per group)."""
@@ -174,15 +225,31 @@ def split_slots(total: int, weights: np.ndarray, cap: np.ndarray) -> np.ndarray:
     return a
 
 
+#: When a method compresses (:meth:`KVMethod.due`); DESIGN.md §4 "Schedules".
+SCHEDULES = ("continuous", "prefill")
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-serialisable copy of a field value (numpy scalars and tuples made plain)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
 class KVMethod(ABC):
-    """A KV selection rule. Subclasses set ``name`` and implement :meth:`select` (and, when the
+    """A KV selection rule, as a frozen dataclass whose fields are all its options (kvpress
+    style: ``repr`` shows them, :meth:`record` writes them). Subclasses set ``name``, add their
+    options as fields with their authors' defaults, validate them in ``__post_init__`` (calling
+    ``super().__post_init__()``; errors name the field) and implement :meth:`select` (and, when the
     per-layer budget split is not uniform, :meth:`layer_weights` or :meth:`allocation`).
 
-    ``sinks``: first positions always kept by methods with attention sinks (streaming; pask
-    reads its policy's); ``window``: the observation window whose attention the engine records
-    for snapkv / pyramidkv (``attention.window_size`` is what they use), pask's recent window
-    (read from its policy); ``interval``: during decoding, compress every ``interval`` steps
-    when over budget (:meth:`due`).
+    ``budget``: the fraction ``b`` of Full KV kept (module docstring). ``schedule``: one of
+    :data:`SCHEDULES` -- ``continuous`` (prefill end, then every ``interval`` decode steps when
+    over budget) or ``prefill`` (prefill end only; outputs kept). ``interval``: decode steps
+    between budget checks under ``continuous`` (ignored under ``prefill``).
     """
 
     name: ClassVar[str] = ""
@@ -192,23 +259,49 @@ class KVMethod(ABC):
     #: of a group must hold the same positions). False: per-layer decisions.
     per_group: ClassVar[bool] = False
 
-    def __init__(self, budget: float, sinks: int = 4, window: int = 16, interval: int = 1):
-        if not 0.0 < budget <= 1.0:
-            raise ValueError(f"budget must be in (0, 1], got {budget}")
-        if sinks < 0 or window < 0 or interval < 1:
-            raise ValueError(f"need sinks >= 0, window >= 0, interval >= 1; got {sinks}, {window}, {interval}")
-        self.budget = float(budget)
-        self.sinks = int(sinks)
-        self.window = int(window)
-        self.interval = int(interval)
+    budget: float
+    schedule: str = "continuous"
+    interval: int = 1
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(budget={self.budget:g})"
+    def __post_init__(self):
+        self._set("budget", float(self.budget))
+        self._check("budget", 0.0 < self.budget <= 1.0, "must be in (0, 1]")
+        self._check("schedule", self.schedule in SCHEDULES, f"must be one of {', '.join(SCHEDULES)}")
+        self._check("interval", isinstance(self.interval, (int, np.integer)) and self.interval >= 1,
+                    "must be an integer >= 1")
+        self._set("interval", int(self.interval))
+
+    # ---- helpers for subclasses' __post_init__ (the dataclass is frozen) ----
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check(self, name: str, ok: bool, what: str) -> None:
+        if not ok:
+            raise ValueError(f"{self.name or type(self).__name__}: {name} {what}, got {getattr(self, name)!r}")
+
+    # ---- configuration record ----
+
+    def record(self) -> dict:
+        """JSON-serialisable ``{"name": ..., <every field>: value}``; ``make_method(**record)``
+        rebuilds an equal method (pask: pass the policy object back as ``policy``)."""
+        out = {"name": self.name}
+        for f in fields(self):
+            if f.init:
+                out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+    # ---- the contract ----
 
     def due(self, decode_step: int, slots_held: int, seq_len: int, num_layers: int) -> bool:
-        """Whether the engine should call :meth:`select` now. ``decode_step`` 0 is prefill end;
-        then every ``interval``-th step; only when the cache holds more than ``floor(b*L*T)``."""
-        if decode_step % self.interval:
+        """Whether the engine should call :meth:`select` now. ``decode_step`` 0 is prefill end
+        (``seq_len`` = the prompt length); under ``continuous`` also every ``interval``-th
+        decode step, under ``prefill`` never again; and only when the cache holds more than
+        ``floor(b*L*T)`` slots (``slots_held``: per KV head, as :meth:`CacheView.held`)."""
+        if self.schedule == "prefill":
+            if decode_step != 0:
+                return False
+        elif decode_step % self.interval:
             return False
         return slots_held > int(np.floor(self.budget * num_layers * seq_len + 1e-9))
 
@@ -217,9 +310,10 @@ class KVMethod(ABC):
         return np.ones(view.num_layers)
 
     def allocation(self, view: CacheView) -> np.ndarray:
-        """int64 ``[L]``: how many positions each layer keeps. Default: every layer keeps its
-        protected tail, and the rest of ``floor(b*L*T)`` is split by :meth:`layer_weights`, never
-        more than a layer holds (what one layer cannot take goes to the others)."""
+        """int64 ``[L]``: how many positions each layer keeps (per KV head for per-head
+        methods). Default: every layer keeps its protected tail, and the rest of
+        ``floor(b*L*T)`` is split by :meth:`layer_weights`, never more than a layer holds (what
+        one layer cannot take goes to the others)."""
         held = view.held()
         tail = np.array([view.tail_count(i) for i in range(view.num_layers)], dtype=np.int64)
         total = view.budget_slots(self.budget)

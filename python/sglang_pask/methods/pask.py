@@ -26,12 +26,15 @@ Every layer of a group keeps the same set (one decision per group).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
 from sglang_pask.methods.scorer import recency, top_n
+from sglang_pask.policy.digest import policy_hash
 from sglang_pask.structure.classes import StructClass
 
 if TYPE_CHECKING:
@@ -46,32 +49,67 @@ DELIMITER = 2 * C + 4
 RESIDUAL = C + 2  # + (C - 1 - rank): [C+2, 2C+1]
 
 
+NO_POLICY = "pask needs a policy: pass --policy FILE (or policy=... in Python)"
+
+
+@dataclass(frozen=True)
 class Pask(KVMethod):
-    """Parser-aware, structure-conditioned persistence: the policy's floors per (layer group,
-    class), residual by ``residual_share``, class priority then recency, sinks and a recent
-    window (module docstring: the exact arithmetic). Needs no attention statistics."""
+    """Parser-aware, structure-conditioned persistence (this project; no paper yet): the policy's
+    floors per (layer group, class), residual by ``residual_share``, class priority then
+    recency, sinks and a recent window (module docstring: the exact arithmetic). Needs no
+    attention statistics.
+
+    Fields: ``budget`` (None: the policy's), ``policy`` (required; compared, hashed and recorded
+    by :func:`~sglang_pask.policy.digest.policy_hash`, shown in ``repr`` by its name only),
+    ``span_delimiters``. Sinks and the recent window are the policy's (:attr:`sinks`,
+    :attr:`window`)."""
 
     name = "pask"
     per_group = True
 
-    def __init__(self, budget: Optional[float] = None, policy: "Policy" = None, interval: int = 1,
-                 span_delimiters: bool = True):
-        if policy is None:
-            raise ValueError("pask needs a policy (make_method('pask', budget, policy=...))")
-        super().__init__(policy.budget if budget is None else budget, sinks=policy.sinks,
-                         window=policy.recent_window, interval=interval)
-        self.policy = policy
-        self.floors = policy.floor_table()  # [G, C]
-        self.ranks = policy.rank_table()  # [G, C], 0 = most sensitive
-        self.shares = np.asarray(policy.residual_share, dtype=np.float64)
-        self.span_delimiters = bool(span_delimiters)
+    budget: Optional[float] = None
+    policy: Optional["Policy"] = field(default=None, compare=False, repr=False)
+    span_delimiters: bool = True
+    policy_name: Optional[str] = field(init=False, default=None)
+    policy_sha256: str = field(init=False, default="", repr=False)
 
-    def __repr__(self) -> str:
-        return f"Pask(budget={self.budget:g}, policy={self.policy.name!r})"
+    def __post_init__(self):
+        if self.policy is None:
+            raise ValueError(NO_POLICY)
+        self._set("budget", self.policy.budget if self.budget is None else self.budget)
+        super().__post_init__()
+        self._check("span_delimiters", isinstance(self.span_delimiters, (bool, np.bool_)), "must be a bool")
+        self._set("policy_name", self.policy.name)
+        self._set("policy_sha256", policy_hash(self.policy))
+
+    def record(self) -> dict:
+        out = super().record()
+        out["policy"] = {"name": self.policy.name, "sha256": self.policy_sha256}
+        return out
+
+    @property
+    def sinks(self) -> int:
+        return int(self.policy.sinks)
+
+    @property
+    def window(self) -> int:
+        return int(self.policy.recent_window)
+
+    @cached_property
+    def floors(self) -> np.ndarray:
+        return self.policy.floor_table()  # [G, C]
+
+    @cached_property
+    def ranks(self) -> np.ndarray:
+        return self.policy.rank_table()  # [G, C], 0 = most sensitive
+
+    @cached_property
+    def shares(self) -> np.ndarray:
+        return np.asarray(self.policy.residual_share, dtype=np.float64)
 
     # ---- arithmetic ----
 
-    def _check(self, view: CacheView) -> None:
+    def _check_view(self, view: CacheView) -> None:
         groups = [list(g) for g in view.groups]
         if view.num_layers != self.policy.model.num_layers or groups != self.policy.groups:
             raise ValueError(f"pask: the view's {view.num_layers} layers in groups {groups} do not "
@@ -109,7 +147,7 @@ class Pask(KVMethod):
 
     def _plan(self, view: CacheView):
         """(allocation [L], per-group scores or None, info)."""
-        self._check(view)
+        self._check_view(view)
         held = view.held()
         total = view.budget_slots(self.budget)
         tail = view.protected_tail

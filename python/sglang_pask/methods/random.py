@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from sglang_pask.methods.base import CacheView
 from sglang_pask.methods.scorer import ScorerMethod
 
 
+@dataclass(frozen=True)
 class Random(ScorerMethod):
     """No paper: keeps the current step plus uniformly random others. Deterministic: the
     generator is seeded from ``seed`` and a digest of the view (length, classes, retained sets),
@@ -17,9 +19,7 @@ class Random(ScorerMethod):
 
     name = "random"
 
-    def __init__(self, budget: float, seed: int = 0, **kwargs):
-        super().__init__(budget, **kwargs)
-        self.seed = int(seed)
+    seed: int = 0
 
     def score(self, view: CacheView, layer: int, n: int, stats) -> np.ndarray:
         h = hashlib.sha256(f"{self.seed}/{view.seq_len}/{view.protected_tail}/{layer}".encode())

@@ -8,6 +8,7 @@ to the more recent position, so selections are deterministic.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -53,6 +54,7 @@ def avg_pool(x: np.ndarray, kernel: int) -> np.ndarray:
     return (c[hi] - c[lo]) / (hi - lo)
 
 
+@dataclass(frozen=True)
 class ScorerMethod(KVMethod):
     """A method defined by a per-position score; see the module docstring."""
 

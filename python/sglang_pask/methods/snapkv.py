@@ -2,43 +2,84 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 
-from sglang_pask.methods.base import CacheView
-from sglang_pask.methods.scorer import KEEP, ScorerMethod, avg_pool, max_pool, recency
+from sglang_pask.methods.base import CacheView, Selection
+from sglang_pask.methods.scorer import KEEP, ScorerMethod, avg_pool, max_pool, recency, top_n
+
+POOLINGS = ("max", "avg")
 
 
+@dataclass(frozen=True)
 class SnapKV(ScorerMethod):
     """Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"
-    (arXiv:2404.14469). Rule: the last ``w`` queries (the observation window) vote for earlier
-    positions with the attention they pay them, summed over the window; a 1-D pooling of the
-    votes (``kernel_size``, stride 1) keeps the neighbours of an important token with it
-    (clustering); the cache keeps the top-voted positions plus the whole observation window.
+    (arXiv:2404.14469; code: github.com/FasterDecoding/SnapKV, whose LongBench configs use
+    ``window_size=32, kernel_size=7, pooling=maxpool``; KVCache-Factory ``SnapKVCluster``; kvpress
+    8bb29b9 ``SnapKVPress``). Rule: the last ``window`` queries (the observation window) vote for
+    the earlier positions with the attention they pay them, summed over the window; a 1-D pooling
+    of the votes (``kernel_size``, stride 1, ``pooling`` max or avg) over the **prefix only** (the
+    positions before the window) keeps the neighbours of an important token with it; the cache
+    keeps the whole observation window plus the top-voted prefix positions. The papers compress
+    once, at prefill end: ``schedule="prefill"``.
 
-    Needs ``attention.window`` (per retained position, summed over heads and the window's
-    queries) and ``attention.window_size`` = ``w`` (the engine records the last
-    :attr:`window_size` queries; constructor ``window``, default 16). Pooling runs over the layer's retained
-    positions in order (after an earlier compression, neighbours in the cache). One kept set per
-    layer (the paper selects per head)."""
+    Needs ``attention.window`` (per retained position, summed over heads and the window's queries)
+    and ``attention.window_size`` (the engine records the last ``window`` queries). Pooling runs
+    over the layer's retained prefix positions in order (after an earlier compression, neighbours
+    in the cache). ``per_head=False``: one kept set per layer, votes summed over all heads;
+    ``per_head=True``: as the originals, one set per KV head (votes ``attention.window_heads``:
+    summed over the query heads of each KV group, then pooled; the originals pool per query head
+    and average the group), each head keeping the layer's allocation; the layer's ``kept`` is the
+    union and :attr:`Selection.head_mask` says which head keeps what."""
 
     name = "snapkv"
-    needs_attention = "window"
 
-    def __init__(self, budget: float, kernel_size: int = 7, pooling: str = "max", **kwargs):
-        super().__init__(budget, **kwargs)
-        if kernel_size < 1 or pooling not in ("max", "avg"):
-            raise ValueError(f"need kernel_size >= 1 and pooling in (max, avg); got {kernel_size}, {pooling!r}")
-        self.kernel_size = int(kernel_size)
-        self.pooling = pooling
+    window: int = 32
+    kernel_size: int = 7
+    pooling: str = "max"
+    per_head: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check("window", self.window >= 1, "must be >= 1")
+        self._check("kernel_size", self.kernel_size >= 1, "must be >= 1")
+        self._check("pooling", self.pooling in POOLINGS, f"must be one of {', '.join(POOLINGS)}")
+        self._check("per_head", isinstance(self.per_head, (bool, np.bool_)), "must be a bool")
 
     @property
-    def window_size(self) -> int:
-        """How many of the latest queries the engine should record (``window``, default 16)."""
-        return self.window
+    def needs_attention(self) -> str:  # type: ignore[override]
+        return "window_heads" if self.per_head else "window"
+
+    def votes(self, view: CacheView, held: np.ndarray, stats: np.ndarray) -> np.ndarray:
+        """float ``[m]`` scores for positions ``held`` (int64 sorted) with window attention
+        ``stats`` ``[m]``: the window itself at KEEP (newest first), the prefix pooled."""
+        observed = held >= view.seq_len - view.attention.window_size
+        pool = max_pool if self.pooling == "max" else avg_pool
+        out = KEEP + recency(held)
+        out[~observed] = pool(stats[~observed], self.kernel_size)
+        return out
 
     def score(self, view: CacheView, layer: int, n: int, stats) -> np.ndarray:
-        held = view.retained[layer]
-        pool = max_pool if self.pooling == "max" else avg_pool
-        votes = pool(stats[layer], self.kernel_size)
-        observed = held >= view.seq_len - view.attention.window_size
-        return np.where(observed, KEEP + recency(held), votes)
+        return self.votes(view, view.retained[layer], stats[layer])
+
+    def select(self, view: CacheView) -> Selection:
+        if not self.per_head:
+            return super().select(view)
+        alloc = self.allocation(view)
+        stats = self.attention_stats(view)
+        kept: list[np.ndarray] = []
+        masks: list[Optional[np.ndarray]] = []
+        for layer, held in enumerate(view.retained):
+            heads = view.head_held(layer, stats[layer].shape[0])  # [H, n_l]
+            n = int(alloc[layer])
+            per = []
+            for h, own in enumerate(heads):
+                pos = held[own]
+                per.append(pos.copy() if n >= pos.size else
+                           top_n(pos, self.votes(view, pos, stats[layer][h][own]), n, view.tail_start))
+            union = np.unique(np.concatenate(per)).astype(np.int64)
+            kept.append(union)
+            masks.append(np.stack([np.isin(union, p) for p in per]))
+        return Selection(kept, {"method": self.name, "allocation": alloc.tolist()}, head_mask=masks)
