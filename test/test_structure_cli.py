@@ -1,4 +1,5 @@
-"""``pask tag`` end to end (in-process) with the tiny model."""
+"""``pask tag`` end to end (in-process) with the tiny model. That its tokens and classes equal the
+server's rendering is shown against a live server in ``test_rendering_agree.py``."""
 
 import json
 
@@ -25,7 +26,7 @@ def req_file(tmp_path):
 
 
 def _run(args, capsys):
-    rc = cli.main(["tag", "--model", str(TINY_MODEL), "--view", "raw"] + args)
+    rc = cli.main(["tag", "--model", str(TINY_MODEL)] + args)
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -35,7 +36,8 @@ def test_json_format_one_row_per_token(req_file, capsys):
     assert rc == 0
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert [r["i"] for r in rows] == list(range(len(rows)))
-    assert set(rows[0]) == {"i", "token", "start", "end", "class", "part"}
+    assert set(rows[0]) == {"i", "id", "token", "start", "end", "class", "part"}
+    assert all(isinstance(r["id"], int) for r in rows)
     outs = [r for r in rows if r["part"] == "output"]
     assert "".join(r["token"] for r in outs) == OUTPUT
     by_token = {r["token"]: r["class"] for r in outs}
@@ -62,10 +64,3 @@ def test_bad_request_names_the_path(tmp_path, capsys):
     rc, _, err = _run(["--request", str(p)], capsys)
     assert rc == 2 and "cannot read request" in err
 
-
-def test_default_sglang_view_matches_server_rendering(req_file, capsys):
-    """The default view goes through SGLang's own request model (slow import: one test)."""
-    pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
-    rc = cli.main(["tag", "--model", str(TINY_MODEL), "--request", str(req_file), "--format", "json"])
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert rc == 0 and any(r["class"] == "TOOL_NAME" for r in rows)

@@ -1,9 +1,9 @@
 """Backend ``hf``: the in-process reference runner (:class:`sglang_pask.hf.Runner`) under a KV method.
 
-Same prompts as the server: the request is first put in SGLang's view
-(:func:`sglang_pask.srt.request_view.sglang_view`: its ``ChatCompletionRequest`` model_dump of
-messages and tools), which is what ``make serve`` renders, so both backends see the same token
-ids, and constrained by the same grammar: the runner's ``grammar="sglang"`` builds it with SGLang's
+Same prompts as the server: the runner renders the request with
+:func:`sglang_pask.rendering.render_chat`, the server's own rendering (SGLang's view of the
+request: its ``ChatCompletionRequest`` model_dump of messages and tools), so both backends see the
+same token ids, and constrained by the same grammar: the runner's ``grammar="sglang"`` builds it with SGLang's
 own pipeline (qwen tool parser structural tag; JSON schema without free whitespace, as
 ``make serve`` passes ``--constrained-json-disable-any-whitespace``). Greedy by default. One
 generation at a time (the runner is not thread-safe). A request the runner rejects (bad schema,
@@ -44,14 +44,11 @@ class HFBackend(Backend):
                 "policy": self.policy}
 
     def generate(self, request: Request) -> Generation:
-        from sglang_pask.srt.request_view import sglang_view
-
-        body = {"messages": list(request.messages), "tools": list(request.tools), "tool_choice": request.tool_choice}
+        body = {"messages": list(request.messages), "tools": list(request.tools), "tool_choice": request.tool_choice,
+                "chat_template_kwargs": {"enable_thinking": request.enable_thinking}}  # as the openai backend
         t0 = time.perf_counter()
         try:
-            view = sglang_view(body)
-            res = self.runner.generate({**body, "messages": view["messages"], "tools": view["tools"]},
-                                       request.max_tokens, temperature=request.temperature)
+            res = self.runner.generate(body, request.max_tokens, temperature=request.temperature)
         except ValueError as e:  # includes ToolSchemaError and pydantic's ValidationError
             raise EntryError("rejected", str(e)[:500]) from None
         return Generation(res.text, res.tool_calls, {

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rows = _kept_rows(runner, request, res) if args.show_kept else None
     if args.format == "json":
-        obj = res.to_json()
+        obj = dict(res.to_json(), prompt_ids=list(res.prompt_ids))  # the prompt as rendered (render_chat)
         if rows is not None:
             obj["kept_tokens"] = {g: [r for r in rs if r["i"] >= 0] for g, rs in rows.items()}
         print(json.dumps(obj, ensure_ascii=False))
@@ -84,16 +84,17 @@ def run(args: argparse.Namespace) -> int:
 def _kept_rows(runner, request: dict, res) -> dict[str, list[dict]]:
     """Per group: the `pask tag` rows of the tokens its first layer still holds, a ``⋯`` row
     (``i = -1``) standing for each run of dropped tokens."""
+    from sglang_pask.rendering import render_chat
     from sglang_pask.structure import tracker_for_request
     from sglang_pask.structure.render import rows as tag_rows
     from sglang_pask.structure.token_bytes import tag_output_ids
 
-    tags = runner.tagger.tag(request)
+    tags = render_chat(runner.tokenizer, request, tagger=runner.tagger)  # the runner's own prompt
     P = len(tags.token_ids)
     fed = res.token_ids[:max(res.tokens - 1, 0)]
     text, offsets = tag_output_ids(runner.tokenizer, fed, tracker_for_request(request))
-    all_rows = (tag_rows("prompt", tags.text, tags.offsets, res.classes[:P])
-                + tag_rows("output", text, offsets, res.classes[P:P + len(fed)], first=P))
+    all_rows = (tag_rows("prompt", tags.text, tags.offsets, res.classes[:P], ids=tags.token_ids)
+                + tag_rows("output", text, offsets, res.classes[P:P + len(fed)], first=P, ids=fed))
     out = {}
     for g, layers in enumerate(runner.groups):
         keep = set(res.retained[layers[0]].tolist())
@@ -106,7 +107,8 @@ def _kept_rows(runner, request: dict, res) -> dict[str, list[dict]]:
                 rs.append(dict(r, part=part))
                 gap = False
             elif not gap:
-                rs.append({"i": -1, "token": "⋯", "start": -1, "end": -1, "class": "OTHER", "part": part})
+                rs.append({"i": -1, "id": None, "token": "⋯", "start": -1, "end": -1, "class": "OTHER",
+                           "part": part})
                 gap = True
         out[str(g)] = rs
     return out

@@ -1,7 +1,8 @@
 """Structure tags inside a running SGLang server (active only with a policy).
 
 * Prompt (HTTP process): AFTER ``OpenAIServingChat._convert_to_internal_request`` tags the
-  request as SGLang renders it (:mod:`.request_view`) and checks the token ids against the ones
+  request as SGLang renders it (:func:`sglang_pask.rendering.render_chat`, the one rendering path
+  of the server, ``pask tag``, ``pask generate``, eval and training) and checks the token ids against the ones
   SGLang will run; the request gets a rid here if it had none, so the record can be found.
 * Output (scheduler): AROUND ``XGrammarGrammar.accept_token`` / ``rollback`` feeds an output
   tracker, kept on the per-request grammar object, the exact bytes of each accepted token
@@ -51,9 +52,10 @@ def after_convert(result, serving, request, *args, **kwargs):
     if adapted.rid is None:
         adapted.rid = uuid.uuid4().hex
     try:
-        from sglang_pask.srt.request_view import sglang_view
+        from sglang_pask.rendering import render_chat
 
-        tags = _prompt_tagger(serving).tag(sglang_view(request))
+        tokenizer = serving.tokenizer_manager.tokenizer
+        tags = render_chat(tokenizer, request, tagger=_prompt_tagger(serving))
         notes = list(tags.notes)
         if adapted.input_ids is not None and list(adapted.input_ids) != list(tags.token_ids):
             notes.append("token ids differ from the ids SGLang runs")

@@ -17,9 +17,6 @@ def _setup(p: argparse.ArgumentParser) -> None:
                      help="generated token ids as the engine produced them, a JSON list (e.g. the "
                           "token_ids of a tag-log output record); tagged exactly as the server does")
     p.add_argument("--format", choices=("json", "text", "html"), default="text")
-    p.add_argument("--view", choices=("sglang", "raw"), default="sglang",
-                   help="render the request as SGLang does (model_dump of its ChatCompletionRequest, "
-                        "tool_choice applied; the server's view) or as given (raw, faster)")
     from sglang_pask.structure import TRACKERS  # light: the registry, no model code
 
     p.add_argument("--tracker", default=None, choices=sorted(TRACKERS),
@@ -33,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     from transformers import AutoTokenizer
 
-    from sglang_pask.structure import ToolSchemaError, make_prompt_tagger, tracker_for_request
+    from sglang_pask.rendering import render_chat
+    from sglang_pask.structure import ToolSchemaError, tracker_for_request
     from sglang_pask.structure.render import as_html, as_json, as_text, rows
     from sglang_pask.structure.token_bytes import tag_output, tag_output_ids
 
@@ -48,16 +46,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     tok = AutoTokenizer.from_pretrained(args.model)
-    tagger = make_prompt_tagger(tok)
     try:
-        tagger.tag(request)  # validates the body as given: errors name its paths
-        if args.view == "sglang":
-            request = _sglang_view(request)
-        tags = tagger.tag(request)
+        rendered = render_chat(tok, request)  # exactly as the server renders it
     except (ToolSchemaError, ValueError) as e:
         print(f"pask tag: invalid request: {e}", file=sys.stderr)
         return 2
-    all_rows = rows("prompt", tags.text, tags.offsets, tags.classes)
+    tags, request = rendered.tags, rendered.view
+    all_rows = rows("prompt", tags.text, tags.offsets, tags.classes, ids=tags.token_ids)
     for note in tags.notes:
         print(f"pask tag: note: {note}", file=sys.stderr)
     if args.output is not None or args.output_ids is not None:
@@ -72,20 +67,8 @@ def run(args: argparse.Namespace) -> int:
             text, offsets = tag_output_ids(tok, ids, tracker)
         else:
             text = args.output
-            _ids, offsets = tag_output(tok, text, tracker)
-        all_rows += rows("output", text, offsets, tracker.classes, first=len(all_rows))
+            ids, offsets = tag_output(tok, text, tracker)
+        all_rows += rows("output", text, offsets, tracker.classes, first=len(all_rows), ids=ids)
     view = {"json": as_json, "text": as_text, "html": as_html}[args.format]
     sys.stdout.write(view(all_rows) + ("\n" if args.format == "json" else ""))
     return 0
-
-
-def _sglang_view(request: dict) -> dict:
-    """The request as the server renders it; the raw body if SGLang cannot be imported here."""
-    import sys
-
-    try:
-        from sglang_pask.srt.request_view import sglang_view
-    except ImportError as e:
-        print(f"pask tag: note: SGLang view unavailable ({e}); tagging the raw request", file=sys.stderr)
-        return request
-    return sglang_view(request)

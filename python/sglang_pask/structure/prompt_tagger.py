@@ -3,7 +3,8 @@
 Steps (each painting a per-char rank map over the rendered prompt; later steps overwrite):
 
 1. validate ``messages`` / ``tools`` / ``response_format`` (errors name the path);
-2. render with the tokenizer's chat template; message contents are located exactly by rendering
+2. render with the tokenizer's chat template (``chat_template_kwargs`` passed to it as keyword
+   arguments, as SGLang does); message contents are located exactly by rendering
    a second time with each content replaced by a unique marker (falls back to in-order search
    when the template rewrites contents, with a note);
 3. fill ``TEMPLATE_TEXT``; contents -> ``SYSTEM_TEXT`` (system) or ``QUERY_TEXT`` (others);
@@ -45,19 +46,23 @@ class PromptTagger:
         self.special_ids = frozenset(getattr(tokenizer, "added_tokens_decoder", {}) or ()) | frozenset(
             tokenizer.all_special_ids)
 
-    def _render(self, messages: list[dict], tools: list[dict]) -> str:
+    def _render(self, messages: list[dict], tools: list[dict], template_kwargs: dict) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=True)
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=True,
+                **template_kwargs)
         except Exception as e:  # template errors (raise_exception, missing template, ...)
             raise ToolSchemaError("messages", f"the chat template failed to render: {e}") from e
 
-    def render(self, messages: list[dict], tools: list[dict], notes: list[str]):
-        """(text, content_spans): the rendered prompt and each message content's char range."""
-        text = self._render(messages, tools)
+    def render(self, messages: list[dict], tools: list[dict], notes: list[str],
+               template_kwargs: dict | None = None):
+        """(text, content_spans): the rendered prompt and each message content's char range.
+        ``template_kwargs``: extra template variables (a request's ``chat_template_kwargs``)."""
+        template_kwargs = template_kwargs or {}
+        text = self._render(messages, tools, template_kwargs)
         marked = [dict(m, content=f"\ue000{i}\ue001") if m.get("content") else m
                   for i, m in enumerate(messages)]
-        skeleton = self._render(marked, tools)
+        skeleton = self._render(marked, tools, template_kwargs)
         spans: list[tuple[int, int] | None] = [None] * len(messages)
         parts, pos, out_len = [], 0, 0
         for m in _MARK.finditer(skeleton):
@@ -90,8 +95,11 @@ class PromptTagger:
                     for m in validate_messages(request.get("messages"))]
         tools = validate_tools(request.get("tools"))
         schema = validate_response_format(request.get("response_format"))
+        template_kwargs = request.get("chat_template_kwargs") or {}
+        if not isinstance(template_kwargs, dict):
+            raise ToolSchemaError("chat_template_kwargs", "must be an object")
         notes: list[str] = []
-        text, content_spans = self.render(messages, tools, notes)
+        text, content_spans = self.render(messages, tools, notes, template_kwargs)
         ctx = PromptContext(text, messages, tools, schema, content_spans, notes)
 
         rmap = RankMap(len(text), C.TEMPLATE_TEXT)

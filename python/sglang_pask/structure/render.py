@@ -1,8 +1,9 @@
 """Views of tagged tokens for ``pask tag``: JSON lines, a coloured terminal view, an HTML page.
 
-A *row* is ``{"i", "token", "start", "end", "class", "part"}``: ``i`` counts tokens over the
-whole request (prompt then output); ``start``/``end`` are char offsets into the rendered prompt
-(``part == "prompt"``) or into the output text (``part == "output"``).
+A *row* is ``{"i", "id", "token", "start", "end", "class", "part"}``: ``i`` counts tokens over
+the whole request (prompt then output), ``id`` is the token id; ``start``/``end`` are char
+offsets into the rendered prompt (``part == "prompt"``) or into the output text
+(``part == "output"``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from .classes import COLOURS, StructClass
 
 
 def rows(part: str, text: str, offsets: Sequence[tuple[int, int]], classes: Iterable[int],
-         first: int = 0) -> list[dict]:
+         first: int = 0, ids: Sequence[int] | None = None) -> list[dict]:
+    """One row per token; ``ids``: the token ids (one per offset), else ``"id"`` is None."""
+    if ids is not None and len(ids) != len(offsets):
+        raise ValueError(f"{len(ids)} token ids for {len(offsets)} offsets")
     return [
-        {"i": first + k, "token": text[s:e], "start": s, "end": e,
-         "class": StructClass(c).name, "part": part}
+        {"i": first + k, "id": None if ids is None else int(ids[k]), "token": text[s:e], "start": s,
+         "end": e, "class": StructClass(c).name, "part": part}
         for k, ((s, e), c) in enumerate(zip(offsets, classes))
     ]
 

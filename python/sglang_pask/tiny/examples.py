@@ -1,7 +1,7 @@
 """Training examples for pask-tiny-fc: synthetic entries rendered exactly as the server sees them.
 
-An example is ``(prompt_ids, answer_ids)``: the prompt is the chat template applied to the SGLang
-view of the request (:func:`sglang_pask.srt.request_view.sglang_view`, so training prompts equal
+An example is ``(prompt_ids, answer_ids)``: the prompt is the request rendered by
+:func:`sglang_pask.rendering.render_chat` (the server's own rendering, so training prompts equal
 serving prompts token for token), the answer is the gold call(s) as Qwen3 ``<tool_call>`` blocks
 followed by ``<|im_end|>``. Tool names use the OpenAI-safe names of
 :func:`~sglang_pask.eval.bfcl_tools.bfcl_to_openai_tools`, as the model will see them.
@@ -48,19 +48,18 @@ def answer_text(entry: Entry, name_map: dict[str, str]) -> str:
 
 def render(tokenizer, entry: Entry) -> tuple[str, str]:
     """(prompt text, answer text) for one entry."""
-    from sglang_pask.srt.request_view import sglang_view
+    from sglang_pask.rendering import render_chat
 
     body, name_map = request_body(entry)
-    view = sglang_view(body)
-    prompt = tokenizer.apply_chat_template(view["messages"], tools=view["tools"], tokenize=False,
-                                           add_generation_prompt=True)
-    return prompt, answer_text(entry, name_map)
+    return render_chat(tokenizer, body).text, answer_text(entry, name_map)
 
 
 def encode(tokenizer, entry: Entry) -> tuple[list[int], list[int]]:
-    prompt, answer = render(tokenizer, entry)
-    return (tokenizer(prompt, add_special_tokens=False)["input_ids"],
-            tokenizer(answer, add_special_tokens=False)["input_ids"])
+    from sglang_pask.rendering import render_chat
+
+    body, name_map = request_body(entry)
+    return (render_chat(tokenizer, body).token_ids,
+            tokenizer(answer_text(entry, name_map), add_special_tokens=False)["input_ids"])
 
 
 def stream(split: str, start: int, n: int, profile: str = "tiny", chunk: int = 512) -> Iterator[Entry]:

@@ -1,0 +1,141 @@
+"""One rendering path: an OpenAI chat request -> the prompt token ids and classes SGLang runs.
+
+:func:`render_chat` is the only place that decides how a chat request becomes a prompt. The
+server hook, the reference runner (``pask generate``), ``pask tag``, the hf eval backend and the
+trainer all call it, so one request has one set of token positions everywhere.
+
+What SGLang 0.5.23 does (``OpenAIServingChat._process_messages`` / ``_apply_jinja_template``, the
+Jinja-template path) and this module mirrors, using SGLang's own request model and helpers:
+
+* the body is parsed into SGLang's ``ChatCompletionRequest`` (pydantic errors name the field);
+* messages are ``model_dump()``-ed, assistant tool-call arguments parsed from JSON strings
+  (``normalize_assistant_tool_call_arguments``), a ``None`` content becomes ``""``, content parts
+  are processed for the template's content format (``process_content_for_template_format``:
+  ``"string"`` templates get the text parts joined by a space; ``None`` fields are dropped) and
+  tool-message parts flattened (``normalize_tool_content``);
+* tools are ``model_dump()``-ed (so unset fields appear: ``"strict": false``,
+  ``"defer_loading": null``); only the named tool for a named ``tool_choice``; none for
+  ``tool_choice="none"``;
+* the template gets ``chat_template_kwargs`` (after ``reasoning_effort``, if set) as keyword
+  arguments of ``apply_chat_template``, with ``add_generation_prompt=True``;
+* the rendered text is tokenized without added special tokens.
+
+The prompt tagger (:mod:`sglang_pask.structure`) then classes every token of exactly that view.
+Not mirrored (no model here uses them): ``continue_final_message`` / assistant prefill,
+SGLang's named conversation templates, custom encoders (DeepSeek-V3.2, Kimi), and the tool-result
+reordering of templates that render tool results by position. A server-side mismatch is caught:
+the hook compares the ids with the ones SGLang runs and notes a difference in the tag log.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_pask.structure import PromptTagger, PromptTags, make_prompt_tagger
+from sglang_pask.structure.validate import validate_messages, validate_response_format, validate_tools
+
+__all__ = ["RenderedPrompt", "render_chat"]
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered chat request: ``view`` is what the chat template saw (``messages``, ``tools``,
+    ``response_format``, ``chat_template_kwargs``), ``tags`` the tokens and their classes."""
+
+    view: dict[str, Any]
+    tags: PromptTags
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.tags.token_ids
+
+    @property
+    def classes(self) -> list[int]:
+        return [int(c) for c in self.tags.classes]
+
+    @property
+    def text(self) -> str:
+        return self.tags.text
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        return self.tags.offsets
+
+    @property
+    def notes(self) -> list[str]:
+        return self.tags.notes
+
+
+def render_chat(tokenizer, request, *, tagger: PromptTagger | None = None) -> RenderedPrompt:
+    """Render ``request`` (an OpenAI chat request body, or SGLang's ``ChatCompletionRequest``)
+    exactly as the SGLang server does, and class every prompt token.
+
+    ``tagger``: a prompt tagger for ``tokenizer`` to reuse (default: a new one, all taggers).
+    Raises ``ValueError`` for an invalid request: :class:`~sglang_pask.structure.ToolSchemaError`
+    naming the body's path (checked on the body as given, before SGLang's parse), or pydantic's
+    ``ValidationError`` naming the field."""
+    if isinstance(request, dict):
+        # The body as given, so errors name its own paths (SGLang's view re-orders and fills).
+        validate_messages(request.get("messages"))
+        validate_tools(request.get("tools"))
+        validate_response_format(request.get("response_format"))
+    view = sglang_view(request, _content_format(tokenizer))
+    tagger = tagger if tagger is not None else make_prompt_tagger(tokenizer)
+    return RenderedPrompt(view, tagger.tag(view))
+
+
+def _content_format(tokenizer) -> str:
+    """``"string"`` or ``"openai"``: how the template wants message contents (SGLang's detection)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return "string"
+    cached = getattr(tokenizer, "_pask_content_format", None)
+    if cached is not None and cached[0] == template:
+        return cached[1]
+    from sglang.srt.parser.jinja_template_utils import detect_jinja_template_content_format
+
+    fmt = detect_jinja_template_content_format(template)
+    try:
+        tokenizer._pask_content_format = (template, fmt)
+    except AttributeError:
+        pass
+    return fmt
+
+
+def sglang_view(request, content_format: str = "string") -> dict[str, Any]:
+    """``{"messages", "tools", "response_format", "chat_template_kwargs"}`` as SGLang's template
+    sees them (see the module docstring). Use :func:`render_chat`; this is its first half."""
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.entrypoints.openai.serving_chat import (
+        normalize_assistant_tool_call_arguments,
+        normalize_tool_content,
+    )
+    from sglang.srt.parser.jinja_template_utils import process_content_for_template_format
+
+    if isinstance(request, dict):
+        request = ChatCompletionRequest.model_validate({"model": "default", **request})
+    dumped = [m.model_dump() for m in request.messages]
+    for m in dumped:
+        normalize_assistant_tool_call_arguments(m, strict=True)
+    messages = []
+    for m in copy.deepcopy(dumped):
+        if m.get("content") is None:
+            m["content"] = ""
+        m = process_content_for_template_format(m, content_format, [], [], [], [])
+        m["content"] = normalize_tool_content(m["role"], m.get("content"))
+        messages.append(m)
+    tools = None
+    if request.tools and request.tool_choice != "none":
+        choice = request.tool_choice
+        if isinstance(choice, str):
+            tools = [t.model_dump() for t in request.tools]
+        else:
+            tools = [t.model_dump() for t in request.tools if t.function.name == choice.function.name] or None
+    kwargs: dict[str, Any] = {}
+    if request.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning_effort
+    kwargs.update(request.chat_template_kwargs or {})
+    rf = request.response_format.model_dump(by_alias=True) if request.response_format else None
+    return {"messages": messages, "tools": tools, "response_format": rf, "chat_template_kwargs": kwargs}
