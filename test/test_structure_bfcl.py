@@ -3,8 +3,9 @@
 Run with ``-s`` to see the per-category counts of function-name and parameter-name tokens.
 """
 
+import bfcl_check
 import pytest
-from sglang_pask.structure import bfcl_check, make_prompt_tagger
+from sglang_pask.structure import make_prompt_tagger
 from sglang_pask.structure.testing import tiny_tokenizer
 
 _REASON = bfcl_check.available()

@@ -15,9 +15,10 @@ BFCL files are JSON Lines aligned by line index with their possible_answer file 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from sglang_pask.eval.entry import Entry, entry_from_bfcl  # re-exported: the entry data model
 
 __all__ = [
     "Entry",
@@ -33,31 +34,6 @@ __all__ = [
 NON_LIVE = ("simple_python", "multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 BFCL_CATEGORIES = NON_LIVE + LIVE
-
-
-@dataclass(frozen=True)
-class Entry:
-    id: str
-    category: str  # drives the checker's dispatch (substrings "parallel" / "multiple")
-    messages: tuple  # the single turn: ({"role", "content"}, ...)
-    functions: tuple  # raw BFCL function docs
-    ground_truth: tuple  # [{func: {param: [allowed...]}}]
-
-
-def entry_from_bfcl(prompt: dict, answer: dict, category: str) -> Entry:
-    """Join one prompt row with its possible_answer row; both must carry the same id."""
-    if prompt.get("id") != answer.get("id"):
-        raise ValueError(f"{category}: prompt id {prompt.get('id')!r} != answer id {answer.get('id')!r}")
-    turns = prompt["question"]
-    if len(turns) != 1:
-        raise ValueError(f"{prompt['id']}: {len(turns)} turns; only single-turn entries are supported")
-    return Entry(
-        id=prompt["id"],
-        category=category,
-        messages=tuple(turns[0]),
-        functions=tuple(prompt["function"]),
-        ground_truth=tuple(answer["ground_truth"]),
-    )
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_pask.eval import synthetic_vocab as V
-from sglang_pask.eval.data import Entry, entry_from_bfcl
+from sglang_pask.eval.entry import Entry, entry_from_bfcl
 
 __all__ = [
     "SynthConfig",

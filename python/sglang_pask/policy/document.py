@@ -12,12 +12,10 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from sglang_pask.policy.envelope import FORMAT, SUPPORTED_FORMATS
+
 if TYPE_CHECKING:
     from sglang_pask.policy.schema import Policy
-
-#: The only policy format this release understands.
-FORMAT = "pask-policy/1"
-SUPPORTED_FORMATS = (FORMAT,)
 
 
 class PolicyError(ValueError):

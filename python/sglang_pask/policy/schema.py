@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sglang_pask.policy.binding import ModelBinding
-from sglang_pask.policy.document import FORMAT
+from sglang_pask.policy.envelope import FORMAT
 from sglang_pask.structure.classes import StructClass
 
 NUM_CLASSES = len(StructClass)

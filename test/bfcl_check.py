@@ -1,4 +1,5 @@
-"""Tag every entry of BFCL's AST categories and count what was found (issue 3's BFCL check).
+"""Test support: tag every entry of BFCL's AST categories and count what was found (issue 3's
+BFCL check). Lives with the tests, not in ``structure/``, which imports nothing of ``eval/``.
 
 BFCL function docs are converted to OpenAI tools by ``sglang_pask.eval.bfcl_tools`` (not
 duplicated here); the entries come from ``sglang_pask.eval.data`` (the installed bfcl-eval).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .classes import StructClass as C
+from sglang_pask.structure.classes import StructClass as C
 
 
 def available() -> str | None:

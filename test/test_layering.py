@@ -1,0 +1,159 @@
+"""Layering (STYLE.md §14), read from the source: every module under ``python/sglang_pask`` is
+parsed with ``ast`` and every import counted, function-level and ``TYPE_CHECKING`` ones included.
+
+* ``structure/`` and ``policy/`` import nothing of ``eval/``, ``srt/``, ``hf/``;
+* ``srt/`` (the SGLang plugin adapter) is imported by nothing outside it;
+* ``rendering`` (the one rendering path) sits on ``structure/`` only;
+* no module outside testing imports a ``testing`` module;
+* the intra-package import graph has no cycle;
+* one rendering path: outside ``structure/`` (the tagger) and ``rendering.py``, no production
+  module applies a chat template or calls a prompt tagger's ``tag``.
+
+Failure messages name the offending import as ``file:line: importer -> imported``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = "sglang_pask"
+SRC = Path(__file__).resolve().parent.parent / "python"
+
+#: importer subpackage -> subpackages (of sglang_pask) it must not import
+FORBIDDEN = {
+    "structure": {"eval", "srt", "hf"},
+    "policy": {"eval", "srt", "hf"},
+    "rendering": {"eval", "srt", "hf", "tiny", "policy", "methods"},
+    "eval": {"srt"},
+    "tiny": {"srt"},
+    "hf": {"srt"},
+    "methods": {"srt"},
+    "cli": {"srt"},
+}
+#: where prompts may be rendered / tagged directly
+RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    mods = {}
+    for path in sorted((SRC / PKG).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return mods
+
+
+MODS = _modules()
+
+
+def _targets(mod: str, is_pkg: bool, node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        names = [f"{target}.{a.name}" if f"{target}.{a.name}" in MODS else target for a in node.names]
+    out = []
+    for name in names:
+        if name != PKG and not name.startswith(PKG + "."):
+            continue
+        while name not in MODS:  # an attribute of a module, or a module this tree lacks
+            name = name.rsplit(".", 1)[0]
+        out.append(name)
+    return out
+
+
+def _edges() -> dict[str, dict[str, str]]:
+    """importer -> {imported: "file:line"} (the first import of it)."""
+    edges: dict[str, dict[str, str]] = {m: {} for m in MODS}
+    for mod, (path, is_pkg) in MODS.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _targets(mod, is_pkg, node):
+                    if target != mod:
+                        edges[mod].setdefault(target, f"{path.relative_to(SRC.parent)}:{node.lineno}")
+    return edges
+
+
+EDGES = _edges()
+
+
+def _sub(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _is_testing(mod: str) -> bool:
+    return mod.rsplit(".", 1)[-1] == "testing"
+
+
+def _fmt(importer: str, imported: str) -> str:
+    return f"{EDGES[importer][imported]}: {importer} -> {imported}"
+
+
+def test_the_parser_sees_the_package():
+    assert "sglang_pask.structure.prompt_tagger" in MODS and "sglang_pask.rendering" in MODS
+    assert "sglang_pask.structure" in EDGES["sglang_pask.rendering"]
+    # function-level imports count: tiny/examples.render imports rendering inside the function
+    assert "sglang_pask.rendering" in EDGES["sglang_pask.tiny.examples"]
+
+
+def test_no_upward_imports():
+    bad = [_fmt(a, b) for a, targets in EDGES.items() for b in targets
+           if _sub(b) in FORBIDDEN.get(_sub(a), ())]
+    assert not bad, "upward imports (STYLE.md §14):\n" + "\n".join(bad)
+
+
+def test_production_code_imports_no_testing_module():
+    bad = [_fmt(a, b) for a, targets in EDGES.items() if not _is_testing(a)
+           for b in targets if _is_testing(b)]
+    assert not bad, "production modules importing test helpers:\n" + "\n".join(bad)
+
+
+def _cycle() -> list[str] | None:
+    """One import cycle as a list of edges, or None."""
+    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(EDGES[v]):
+            if state.get(w) == 1:
+                loop = stack[stack.index(w):] + [w]
+                return [_fmt(a, b) for a, b in zip(loop, loop[1:])]
+            if w not in state and (found := visit(w)):
+                return found
+        stack.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(EDGES):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def test_no_import_cycles():
+    cycle = _cycle()
+    assert cycle is None, "import cycle:\n" + "\n".join(cycle or [])
+
+
+def test_one_rendering_path():
+    """Only ``rendering.render_chat`` turns a request into a prompt (via structure's tagger)."""
+    bad = []
+    for mod, (path, _) in MODS.items():
+        if _is_testing(mod) or any(mod == r or mod.startswith(r + ".") for r in RENDERERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                f = node.func
+                if f.attr == "apply_chat_template" or (
+                        f.attr == "tag" and "tagger" in ast.unparse(f.value).lower()):
+                    bad.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {ast.unparse(f)}(...)")
+    assert not bad, "renders a prompt outside sglang_pask.rendering.render_chat:\n" + "\n".join(bad)
