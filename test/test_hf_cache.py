@@ -93,27 +93,34 @@ def test_multi_token_forward_after_per_layer_eviction(model):
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize("kind", ["accumulated", "window"])
+@pytest.mark.parametrize("kind", ["accumulated", "window", "window_heads"])
 def test_attention_statistics_match_eager_weights(model, kind):
     """Recorded statistics = transformers' eager attention probabilities summed over heads
-    (accumulated: over all queries; window: the last w queries), across two forwards."""
+    (accumulated: over all queries; window: the last w queries; window_heads: the last w
+    queries, per KV head summed over its query heads), across two forwards."""
     ids = _ids(16, seed=4)
     with attention_impl(model, "eager"):
         att = model(input_ids=ids, output_attentions=True).attentions  # L x [1, H, T, T]
     w = 5
-    c = PrunableCache(L, stats=kind, window_size=w if kind == "window" else 0)
+    c = PrunableCache(L, stats=kind, window_size=0 if kind == "accumulated" else w)
     _fwd(model, c, ids[:, :12], 0)
     _fwd(model, c, ids[:, 12:], 12)
+
+    def stat(lay):
+        if kind == "window_heads":
+            return lay.window_head_rows.sum(1)  # [Hkv, n]
+        return lay.accumulated if kind == "accumulated" else lay.window_rows.sum(0)
+
     for li in range(L):
-        probs = att[li][0].sum(0)  # [T, T]
-        want = probs.sum(0) if kind == "accumulated" else probs[-w:].sum(0)
-        lay = c.layers[li]
-        got = lay.accumulated if kind == "accumulated" else lay.window_rows.sum(0)
-        assert torch.allclose(got, want, atol=1e-5)
-    before = c.layers[0].accumulated if kind == "accumulated" else c.layers[0].window_rows.sum(0)
+        probs = att[li][0]  # [Hq, T, T]
+        if kind == "window_heads":  # Hq = 4 query heads, 2 KV heads: heads (0, 1) -> 0, (2, 3) -> 1
+            want = probs.view(2, 2, 16, 16).sum(1)[:, -w:].sum(1)
+        else:
+            want = probs.sum(0).sum(0) if kind == "accumulated" else probs.sum(0)[-w:].sum(0)
+        assert torch.allclose(stat(c.layers[li]), want, atol=1e-5)
+    before = stat(c.layers[0])
     c.keep(0, [0, 2, 15])
-    kept = c.layers[0].accumulated if kind == "accumulated" else c.layers[0].window_rows.sum(0)
-    assert torch.equal(kept, before[[0, 2, 15]])  # statistics are pruned with their slots
+    assert torch.equal(stat(c.layers[0]), before[..., [0, 2, 15]])  # pruned with their slots
 
 
 def test_bad_stats_kind():
@@ -160,3 +167,51 @@ def test_sliding_window_models_are_refused():
         pytest.skip("this transformers version builds no sliding layers from these settings")
     with pytest.raises(NotImplementedError):
         use_pask_attention(m)
+
+
+@torch.inference_mode()
+def test_per_head_masks_hide_slots_from_their_kv_head_only(model):
+    """A per-KV-head keep (union held, mask per head) then more forwards: logits equal a full
+    recompute whose mask differs per KV head (expanded to its query heads); the mask is pruned
+    with the slots and new slots are held by every head; memory is counted per head."""
+    T, P = 30, 20
+    ids = _ids(T, seed=5)
+    c = PrunableCache(L)
+    _fwd(model, c, ids[:, :P], 0)
+    union = [0, 1, 3, 6, 10, 14, 19]
+    per_head = [[0, 1, 6, 14, 19], [0, 3, 10, 14, 19]]  # 5 each, union of 7
+    mask = torch.tensor([[p in h for p in union] for h in per_head])
+    c.keep(1, union, head_mask=mask)
+    assert torch.equal(c.head_mask(1), mask) and c.head_mask(0) is None
+    got = torch.cat([_fwd(model, c, ids[:, P:P + 4], P), _fwd(model, c, ids[:, P + 4:], P + 4)])
+    assert c.head_mask(1).shape == (2, 7 + T - P) and bool(c.head_mask(1)[:, 7:].all())
+    vis = np.zeros((L, 2, T, T), dtype=bool)
+    t, s = np.arange(T)[:, None], np.arange(T)[None]
+    for li in range(L):
+        for h in range(2):
+            gone = np.setdiff1d(np.arange(P), per_head[h]) if li == 1 else np.array([], int)
+            vis[li, h] = (s <= t) & ~(np.isin(s, gone) & (t >= P))
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(REF_NAME, _reference_attention)
+    with attention_impl(model, REF_NAME):
+        ref = model(input_ids=ids, position_ids=torch.arange(T)[None],
+                    reference_masks=[torch.from_numpy(v) for v in vis]).logits[0]
+    assert (got - ref[P:]).abs().max() < 1e-5
+    union_only = [torch.from_numpy(v[0] | v[1]) for v in vis]  # ignoring the per-head masks
+    with attention_impl(model, REF_NAME):
+        loose = model(input_ids=ids, position_ids=torch.arange(T)[None], reference_masks=union_only).logits[0]
+    assert (got - loose[P:]).abs().max() > 1e-4  # the masks mattered
+    # memory: layer 1 holds 17 slots physically, 5 + 10 = 15 per head
+    assert c.token_head_slots() == 2 * 30 + 2 * 15 + 2 * 30
+    slot = 2 * 16 * 4  # K and V, head_dim 16, fp32: bytes of one token-head slot
+    assert c.kv_bytes() == c.token_head_slots() * slot
+    assert c.physical_kv_bytes() == 2 * (30 + 17 + 30) * slot
+    # pruning keeps the mask aligned; a head may not regain what it dropped
+    c.keep(1, [0, 14, 19, 25], head_mask=torch.tensor([[True, True, True, True], [False, True, True, True]]))
+    assert c.head_mask(1).tolist() == [[True, True, True, True], [False, True, True, True]]
+    with pytest.raises(ValueError, match="a position it dropped"):
+        c.keep(1, [0, 14, 19, 25], head_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no head"):
+        c.keep(1, [14, 19, 25], head_mask=torch.tensor([[True, True, False], [False, True, False]]))
+    assert c.positions(1).tolist() == [0, 14, 19, 25]  # a refused keep changes nothing

@@ -1,12 +1,14 @@
 """The reference runner on a tiny random Qwen3 (CPU, fp32): parity with plain transformers,
 per-method invariants against an independent masked full recompute, determinism, constraints.
 
-Methods: every registered method (sglang_pask.methods registry) plus the test-only methods of
-hf/testing.py (uneven per-layer allocations, an attention-statistics method).
+Methods: every registered method (sglang_pask.methods registry; with per-head selection and
+H2O's normalised form as extra variants) plus the test-only methods of hf/testing.py (uneven
+per-layer allocations, an attention-statistics method), each under both schedules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -32,6 +34,26 @@ TINY = ROOT / "models" / "tiny-random-qwen3"
 REG = registry()
 METHODS = sorted(TEST_METHODS) + REG[1]
 BUDGET, EVERY, NEW = 0.4, 4, 20
+
+
+def _variants():
+    from sglang_pask.methods import METHODS as REGISTRY
+    from sglang_pask.methods import SCHEDULES
+
+    out = []
+    for name in METHODS:
+        if name in ("full", "test_keep_all"):  # keep-all methods run at budget 1.0 only (below)
+            continue
+        opts = [{}]
+        if name in REGISTRY:
+            fields = {f.name for f in dataclasses.fields(REGISTRY[name])}
+            opts += [{o: True} for o in ("per_head", "normalize") if o in fields]
+        out += [(name, o, s) for o in opts for s in SCHEDULES]
+    return out
+
+
+VARIANTS = _variants()
+VARIANT_IDS = [f"{n}{''.join(f'[{k}]' for k in o)}-{s}" for n, o, s in VARIANTS]
 
 TOOLS_REQ = {
     "messages": [{"role": "system", "content": "You call tools."},
@@ -65,12 +87,12 @@ def policy(model):
     return prior_policy(ModelBinding.from_config(model.config.to_dict()), groups=2, budget=BUDGET)
 
 
-def _method(name, budget, policy):
-    return build_method(name, budget, policy=policy if name == "pask" else None)
+def _method(name, budget, policy, **options):
+    return build_method(name, budget, policy=policy if name == "pask" else None, **options)
 
 
-def _runner(model, tok, name, budget, policy, **kw):
-    method = _method(name, budget, policy)
+def _runner(model, tok, name, budget, policy, options=None, **kw):
+    method = _method(name, budget, policy, **(options or {}))
     return Runner(model, tok, method=method, policy=policy if name == "pask" else None,
                   compress_every=kw.pop("compress_every", EVERY), **kw)
 
@@ -99,13 +121,33 @@ def test_full_matches_plain_transformers_generate(model, tok, policy, name):
 # ---- every method: invariants + independent reference ---------------------------------------
 
 # keep-all methods (full, test_keep_all) run at budget 1.0 only (tests above)
-@pytest.mark.parametrize("name", [m for m in METHODS if m not in ("full", "test_keep_all")])
-def test_method_invariants_and_masked_reference(model, tok, policy, name):
-    r = _runner(model, tok, name, BUDGET, policy)
+@pytest.mark.parametrize("name, options, schedule", VARIANTS, ids=VARIANT_IDS)
+def test_method_invariants_and_masked_reference(model, tok, policy, name, options, schedule):
+    r = _runner(model, tok, name, BUDGET, policy, dict(options, schedule=schedule))
+    assert r.method.schedule == schedule and r.method.interval == EVERY  # compress_every = interval
     res = r.generate(TOOLS_REQ, max_new_tokens=NEW, record_logits=True, keep_cache=True)
     P, L = len(res.prompt_ids), r.num_layers
     assert res.compressions, "over budget after prefill: a compression must have run"
     assert res.compressions[0].step == 0 and res.compressions[0].seq_len == P
+    per_head = options.get("per_head", False)
+    assert all((c.head_mask is not None) == per_head for c in res.compressions)
+    if schedule == "continuous":
+        assert len(res.compressions) > 1, "continuous: over budget again while decoding"
+    else:  # prefill: once; floor(b*L*P) prompt slots (per head) and every output token kept
+        assert len(res.compressions) == 1
+        end = P + res.tokens - 1
+        S = int(np.floor(BUDGET * L * P + 1e-9))
+        c0 = res.compressions[0]
+        if name not in REG[1]:  # test-only methods under-use the budget on purpose
+            assert sum(c0.allocation) <= S
+        elif getattr(r.method, "per_group", False):
+            assert S - max(len(g) for g in r.groups) < sum(c0.allocation) <= S
+        else:
+            assert sum(c0.allocation) == S
+        H = model.config.num_key_value_heads
+        assert res.cache.token_head_slots() == H * (sum(c0.allocation) + L * (end - P))
+        for li in range(L):
+            assert np.array_equal(res.retained[li][res.retained[li] >= P], np.arange(P, end))
 
     # replay the retained sets: kept = allocation exactly, kept subset of held, tail kept
     held = [np.arange(P) for _ in range(L)]
@@ -116,7 +158,13 @@ def test_method_invariants_and_masked_reference(model, tok, policy, name):
         written = c.seq_len
         assert len(res.classes) >= c.seq_len
         for li in range(L):
-            assert len(c.kept[li]) == c.allocation[li], (name, c.step, li)
+            if per_head:  # each KV head keeps the layer's allocation; kept is their union
+                m = c.head_mask[li]
+                assert m.shape == (model.config.num_key_value_heads, len(c.kept[li])) and m.any(0).all()
+                assert (m.sum(1) == c.allocation[li]).all(), (name, c.step, li)
+                assert m[:, -1].all()  # every head keeps the current step's token
+            else:
+                assert len(c.kept[li]) == c.allocation[li], (name, c.step, li)
             assert np.isin(c.kept[li], held[li]).all() and (np.diff(c.kept[li]) > 0).all()
             assert np.array_equal(np.sort(np.concatenate([c.kept[li], c.dropped[li]])), held[li])
             assert c.seq_len - 1 in c.kept[li]  # the current step's token
@@ -140,8 +188,18 @@ def test_method_invariants_and_masked_reference(model, tok, policy, name):
         idx = torch.from_numpy(res.retained[li])
         assert torch.allclose(lay.keys, ref_cache.layers[li].keys[:, :, idx], atol=1e-5)
         assert torch.allclose(lay.values, ref_cache.layers[li].values[:, :, idx], atol=1e-5)
-    assert res.cache.kv_bytes() == res.kv_bytes == sum(
-        2 * lay.keys.numel() * lay.keys.element_size() for lay in res.cache.layers)
+    physical = sum(2 * lay.keys.numel() * lay.keys.element_size() for lay in res.cache.layers)
+    assert res.cache.physical_kv_bytes() == physical
+    slot = 2 * model.config.head_dim * 4  # bytes of one token-head slot (K and V, fp32)
+    assert res.cache.kv_bytes() == res.kv_bytes == res.cache.token_head_slots() * slot
+    if per_head:  # counted per head: below the union's physical bytes whenever heads disagree
+        assert res.kv_bytes < physical
+        assert res.cache.token_head_slots() == sum(int(m.sum()) for m in (
+            res.cache.head_mask(li) if res.cache.head_mask(li) is not None
+            else torch.ones(model.config.num_key_value_heads, len(res.retained[li]))
+            for li in range(L)))
+    else:
+        assert res.kv_bytes == physical
 
     # logits of the pruned incremental run == masked full recompute
     rows = runner_logit_rows(res)

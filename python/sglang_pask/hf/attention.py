@@ -8,8 +8,13 @@ stored slot ``j`` iff ``positions[j] <= position_ids[0, i]``. It reads the layer
 the :class:`~.cache.PrunableCache` passed as the ``pask_cache`` forward kwarg (without one, the
 keys are taken to be the contiguous positions ending at the last query: plain causal attention).
 
+A layer with a per-KV-head ``head_mask`` (per-head selection, see cache.py) additionally hides
+from the query heads of KV head ``h`` the slots ``h`` no longer holds (the mask expanded to query
+heads for GQA: query head ``i`` reads KV head ``i // (Hq / Hkv)``).
+
 When the cache asks for statistics it runs eager attention (query chunks of :data:`CHUNK`) and
-records, per layer, the softmax probabilities summed over all query heads (see cache.py).
+records, per layer, the softmax probabilities summed over all query heads, or per KV head over
+the query heads of its group (see cache.py).
 """
 
 from __future__ import annotations
@@ -44,12 +49,16 @@ def pask_attention(module, query, key, value, attention_mask, scaling=None, drop
     n = key.shape[-2]
     kpos, lay = _key_positions(kwargs, module.layer_idx, n, qpos)
     allow = kpos[None, :] <= qpos[:, None]  # [q, n]
+    hq, hkv = query.shape[1], key.shape[1]
+    head_mask = None if lay is None else lay.head_mask
+    if head_mask is not None:  # [Hkv, n] -> [Hq, q, n]
+        allow = allow[None] & head_mask.repeat_interleave(hq // hkv, dim=0)[:, None, :]
     cache = kwargs.get("pask_cache")
     if cache is not None and cache.stats is not None:
         out = _eager_recording(query, key, value, allow, scaling, lay, cache)
     else:
         # Fast paths: every key visible (decode), or a fresh causal prefill (keys == queries).
-        causal = query.shape[2] == n and bool(torch.equal(kpos, qpos))
+        causal = head_mask is None and query.shape[2] == n and bool(torch.equal(kpos, qpos))
         mask = None if causal or bool(allow.all()) else allow
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
                                              is_causal=causal and n > 1,
@@ -62,27 +71,33 @@ def _eager_recording(query, key, value, allow, scaling, lay, cache) -> torch.Ten
     k = key.repeat_interleave(hq // hkv, dim=1)
     v = value.repeat_interleave(hq // hkv, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    allow = allow if allow.dim() == 3 else allow[None]  # [Hq or 1, q, n]
     outs, rows = [], []
     for s in range(0, query.shape[2], CHUNK):
         q = query[:, :, s:s + CHUNK]
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # [1, Hq, c, n]
-        scores = scores.masked_fill(~allow[s:s + CHUNK], float("-inf"))
+        scores = scores.masked_fill(~allow[:, s:s + CHUNK], float("-inf"))
         probs = torch.softmax(scores.float(), dim=-1)
         outs.append(torch.matmul(probs.to(v.dtype), v))
-        rows.append(probs[0].sum(0))  # [c, n], summed over query heads
-    _record(lay, cache, torch.cat(rows), key.shape[-2])
+        # [Hkv, c, n]: summed over the query heads of each KV group
+        rows.append(probs[0].view(hkv, hq // hkv, *probs.shape[2:]).sum(1))
+    _record(lay, cache, torch.cat(rows, dim=1), key.shape[-2])
     return torch.cat(outs, dim=2)
 
 
 def _record(lay, cache, rows: torch.Tensor, n: int) -> None:
-    """Fold this forward's per-query rows ``[q, n]`` into the layer's statistics."""
+    """Fold this forward's per-KV-head per-query rows ``[Hkv, q, n]`` into the layer's statistics."""
     if cache.stats == "accumulated":
         acc = lay.accumulated if lay.accumulated is not None else rows.new_zeros(0)
-        lay.accumulated = F.pad(acc, (0, n - acc.shape[0])) + rows.sum(0)
+        lay.accumulated = F.pad(acc, (0, n - acc.shape[0])) + rows.sum((0, 1))
     elif cache.stats == "window":
         old = lay.window_rows if lay.window_rows is not None else rows.new_zeros(0, n)
         old = F.pad(old, (0, n - old.shape[1]))
-        lay.window_rows = torch.cat([old, rows])[-cache.window_size:].contiguous()
+        lay.window_rows = torch.cat([old, rows.sum(0)])[-cache.window_size:].contiguous()
+    elif cache.stats == "window_heads":
+        old = lay.window_head_rows if lay.window_head_rows is not None else rows.new_zeros(rows.shape[0], 0, n)
+        old = F.pad(old, (0, n - old.shape[2]))
+        lay.window_head_rows = torch.cat([old, rows], dim=1)[:, -cache.window_size:].contiguous()
 
 
 def register() -> str:

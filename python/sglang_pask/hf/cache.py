@@ -13,7 +13,17 @@ hold different positions. Invariants:
 Attention statistics (for H2O / SnapKV) live next to the slots they describe and are pruned with
 them: ``accumulated`` float32 ``[n_l]`` (attention mass each slot has received, summed over heads
 and all queries), ``window_rows`` float32 ``[w', n_l]`` (per-query attention of the last
-``w' <= window_size`` queries, summed over heads; columns of keys newer than a query are 0).
+``w' <= window_size`` queries, summed over heads; columns of keys newer than a query are 0),
+``window_head_rows`` float32 ``[kv_heads, w', n_l]`` (the same per KV head, summed over the query
+heads of its group; stats kind ``window_heads``).
+
+Per-KV-head selection (SnapKV ``per_head``): a layer physically holds the union of its heads'
+kept positions and ``head_mask`` bool ``[kv_heads, n_l]`` (None: every head holds every slot)
+says which slots each KV head still holds; the ``pask`` attention function hides the others
+from that head's query heads. New slots are held by every head; the mask is pruned with the
+slots. Memory is counted per head: :meth:`PrunableCache.token_head_slots` (held token-head
+slots) and :meth:`PrunableCache.kv_bytes` (the physical K/V bytes times each layer's held
+share), :meth:`PrunableCache.physical_kv_bytes` the storage itself.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-STATS_KINDS = (None, "accumulated", "window")
+STATS_KINDS = (None, "accumulated", "window", "window_heads")
 
 
 class PrunableLayer(CacheLayerMixin):
@@ -34,6 +44,8 @@ class PrunableLayer(CacheLayerMixin):
         self.positions = torch.empty(0, dtype=torch.long)
         self.accumulated: torch.Tensor | None = None
         self.window_rows: torch.Tensor | None = None
+        self.window_head_rows: torch.Tensor | None = None
+        self.head_mask: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -54,6 +66,8 @@ class PrunableLayer(CacheLayerMixin):
         self.cumulative_length += n
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
+        if self.head_mask is not None:  # new slots: every head holds them
+            self.head_mask = torch.cat([self.head_mask, self.head_mask.new_ones(self.head_mask.shape[0], n)], 1)
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
@@ -81,13 +95,25 @@ class PrunableLayer(CacheLayerMixin):
             self.accumulated = self.accumulated.index_select(0, idx).clone()
         if self.window_rows is not None:
             self.window_rows = self.window_rows.index_select(1, idx).contiguous()
+        if self.window_head_rows is not None:
+            self.window_head_rows = self.window_head_rows.index_select(2, idx).contiguous()
+        if self.head_mask is not None:
+            self.head_mask = self.head_mask.index_select(1, idx).contiguous()
+
+    def token_head_slots(self) -> int:
+        """Slots held summed over KV heads (``kv_heads * n_l`` without a head mask)."""
+        if not self.is_initialized:
+            return 0
+        if self.head_mask is not None:
+            return int(self.head_mask.sum())
+        return int(self.keys.shape[1] * self.keys.shape[-2])
 
     def reset(self) -> None:
         self.keys = self.values = None
         self.is_initialized = False
         self.cumulative_length = 0
         self.positions = torch.empty(0, dtype=torch.long)
-        self.accumulated = self.window_rows = None
+        self.accumulated = self.window_rows = self.window_head_rows = self.head_mask = None
 
 
 class PrunableCache(Cache):
@@ -98,7 +124,7 @@ class PrunableCache(Cache):
     def __init__(self, num_layers: int, stats: str | None = None, window_size: int = 0):
         if stats not in STATS_KINDS:
             raise ValueError(f"stats must be one of {STATS_KINDS}, got {stats!r}")
-        if stats == "window" and window_size < 1:
+        if stats in ("window", "window_heads") and window_size < 1:
             raise ValueError("the window statistic needs window_size >= 1")
         super().__init__(layers=[PrunableLayer() for _ in range(num_layers)])
         self.stats = stats
@@ -108,8 +134,11 @@ class PrunableCache(Cache):
         """int64 ``[n_l]``: the logical positions layer ``layer`` holds, ascending."""
         return self.layers[layer].positions
 
-    def keep(self, layer: int, positions) -> None:
-        """Keep exactly the logical ``positions`` (a subset of what the layer holds) in ``layer``."""
+    def keep(self, layer: int, positions, head_mask=None) -> None:
+        """Keep exactly the logical ``positions`` (a subset of what the layer holds) in ``layer``.
+        ``head_mask``: None (each head keeps what it held of ``positions``) or bool
+        ``[kv_heads, len(positions)]``, which of them each KV head keeps (a subset of what it
+        held; every position kept by some head)."""
         lay = self.layers[layer]
         pos = torch.as_tensor(positions, dtype=torch.long, device=lay.positions.device)
         idx = torch.searchsorted(lay.positions, pos)
@@ -117,13 +146,52 @@ class PrunableCache(Cache):
             raise ValueError(f"layer {layer}: keep() got positions the layer does not hold")
         if len(pos) > 1 and not bool((pos[1:] > pos[:-1]).all()):
             raise ValueError(f"layer {layer}: keep() positions must be sorted and unique")
+        m = None
+        if head_mask is not None:  # checked before anything changes
+            m = torch.as_tensor(head_mask, dtype=torch.bool, device=lay.positions.device)
+            if m.dim() != 2 or m.shape != (lay.keys.shape[1], len(pos)):
+                raise ValueError(f"layer {layer}: head_mask must be [{lay.keys.shape[1]}, {len(pos)}], "
+                                 f"got {tuple(m.shape)}")
+            if len(pos) and not bool(m.any(0).all()):
+                raise ValueError(f"layer {layer}: head_mask leaves a kept position with no head")
+            if lay.head_mask is not None and bool((m & ~lay.head_mask[:, idx]).any()):
+                raise ValueError(f"layer {layer}: head_mask gives a head a position it dropped")
         if len(pos) != len(lay.positions):
             lay.keep(idx)
+        if m is not None:
+            lay.head_mask = None if bool(m.all()) else m.clone()
+
+    def head_mask(self, layer: int) -> torch.Tensor | None:
+        """bool ``[kv_heads, n_l]`` (which slots each KV head holds) or None (all of them)."""
+        return self.layers[layer].head_mask
+
+    def token_head_slots(self) -> int:
+        """Held token-head slots: sum over layers and KV heads of the positions each holds."""
+        return sum(lay.token_head_slots() for lay in self.layers)
+
+    @property
+    def num_kv_heads(self) -> int:
+        lay = next((lay for lay in self.layers if lay.is_initialized), None)
+        return 0 if lay is None else int(lay.keys.shape[1])
 
     def physical_lengths(self) -> list[int]:
         return [lay.physical_length() for lay in self.layers]
 
-    def kv_bytes(self) -> int:
-        """Bytes held by the K/V tensors of all layers (what a drop frees)."""
+    def physical_kv_bytes(self) -> int:
+        """Bytes of the K/V tensors' storage, all layers (what this reference cache allocates)."""
         return sum(t.untyped_storage().nbytes() for lay in self.layers if lay.is_initialized
                    for t in (lay.keys, lay.values))
+
+    def kv_bytes(self) -> int:
+        """Bytes of K/V held, counted per head: each layer's physical bytes times its held share
+        ``token_head_slots / (kv_heads * n_l)`` (exact: a whole number of head slots). Without
+        head masks this is :meth:`physical_kv_bytes` (what a drop frees)."""
+        total = 0
+        for lay in self.layers:
+            if not lay.is_initialized:
+                continue
+            full = lay.keys.shape[1] * lay.keys.shape[-2]
+            for t in (lay.keys, lay.values):
+                nbytes = t.untyped_storage().nbytes()
+                total += nbytes if lay.head_mask is None or full == 0 else nbytes * lay.token_head_slots() // full
+        return total

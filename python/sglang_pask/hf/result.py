@@ -34,13 +34,16 @@ def parse_tool_calls(text: str) -> Optional[list[dict]]:
 class Compression:
     """One compression point. ``seq_len``: logical tokens written so far (positions ``>=
     seq_len`` are queried only after it). ``allocation[l]``: slots the method assigned layer
-    ``l``; ``kept[l]`` / ``dropped[l]``: int64 positions of layer ``l`` after / removed."""
+    ``l``; ``kept[l]`` / ``dropped[l]``: int64 positions of layer ``l`` after / removed (per-head
+    methods: ``kept[l]`` is the union of the heads' sets, ``head_mask[l]`` bool ``[kv_heads,
+    len(kept[l])]`` which of them each KV head keeps; ``allocation`` counts per head)."""
 
     step: int  # generated tokens fed to the model so far (0: right after prefill)
     seq_len: int
     allocation: list[int]
     kept: list[np.ndarray]
     dropped: list[np.ndarray]
+    head_mask: Optional[list[np.ndarray]] = None
 
 
 @dataclass

@@ -6,9 +6,10 @@ Loop (batch 1, greedy unless ``temperature > 0``)::
 
     prefill prompt (positions 0..P-1) -> compress if over budget
     repeat: mask logits (grammar) -> pick token -> accept (grammar) -> stop? -> tracker.feed
-            -> forward token at position seq_len -> when due (every ``compress_every`` or the
-               method's ``interval`` steps): compress if
-               the cache holds more than floor(b * L * seq_len) slots
+            -> forward token at position seq_len -> when due (``KVMethod.due``: schedule
+               ``continuous``, every ``interval`` steps -- ``compress_every`` overrides it --;
+               ``prefill``, never after prefill end): compress if the cache holds more than
+               floor(b * L * seq_len) slots (per KV head)
 
 Invariants: position ids are logical (``seq_len`` so far), never the cache length; a compression
 happens only after a forward, so the token just written (``protected_tail = 1``) was read by its
@@ -17,6 +18,7 @@ own step and is kept; ``CacheView.classes`` covers every logical position (promp
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Optional, Sequence, Union
@@ -99,6 +101,8 @@ class Runner:
         if sorted(i for g in self.groups for i in g) != list(range(self.num_layers)):
             raise ValueError(f"groups {self.groups} must partition the model's {self.num_layers} layers")
         self.compress_every = None if compress_every is None else int(compress_every)
+        if self.compress_every is not None:  # the method records the interval it runs with
+            self.method = dataclasses.replace(self.method, interval=self.compress_every)
         if grammar not in ("xgrammar", "sglang"):
             raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
         self.constrain = constrain
@@ -124,7 +128,7 @@ class Runner:
     def new_cache(self) -> PrunableCache:
         kind = self.method.needs_attention
         return PrunableCache(self.num_layers, stats=kind,
-                             window_size=_window_size(self.method) if kind == "window" else 0)
+                             window_size=_window_size(self.method) if kind in ("window", "window_heads") else 0)
 
     def forward(self, cache: PrunableCache, ids: Sequence[int], start: int) -> torch.Tensor:
         """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits."""
@@ -138,29 +142,34 @@ class Runner:
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
                  step: int, force: bool = False) -> Optional[Compression]:
         """At decode step ``step`` (0: prefill end), apply the method if it is due (every
-        ``compress_every`` steps, when over budget) or ``force``; None if nothing ran."""
+        method's schedule, when over budget) or ``force``; None if nothing ran."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
-        if not force and not self.due(step, sum(map(len, retained)), seq_len):
+        masks = [cache.head_mask(li) for li in range(self.num_layers)]
+        masks = None if all(m is None for m in masks) else [
+            None if m is None else m.cpu().numpy() for m in masks]
+        heads = max(cache.num_kv_heads, 1)
+        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
             return None
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
                          protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
-                         prompt_len=prompt_len)
+                         prompt_len=prompt_len, head_mask=masks)
         allocation = [int(a) for a in self.method.allocation(view)]
         sel = self.method.select(view)
         dropped = []
         for li in range(self.num_layers):
             kept = np.asarray(sel.kept[li], dtype=np.int64)
             _check_kept(li, kept, retained[li], seq_len)
-            cache.keep(li, torch.from_numpy(kept))
+            hm = None if sel.head_mask is None else np.asarray(sel.head_mask[li], dtype=bool)
+            cache.keep(li, torch.from_numpy(kept), head_mask=None if hm is None else torch.from_numpy(hm))
             dropped.append(np.setdiff1d(retained[li], kept))
-        return Compression(step, seq_len, allocation, [np.asarray(k, np.int64) for k in sel.kept], dropped)
+        return Compression(step, seq_len, allocation, [np.asarray(k, np.int64) for k in sel.kept], dropped,
+                           head_mask=None if sel.head_mask is None else
+                           [np.asarray(m, dtype=bool) for m in sel.head_mask])
 
     def due(self, step: int, held: int, seq_len: int) -> bool:
-        if self.compress_every is None:
-            return self.method.due(step, held, seq_len, self.num_layers)
-        over = held > int(np.floor(self.budget * self.num_layers * seq_len + 1e-9))
-        return step % self.compress_every == 0 and over
+        """The method's rule (``KVMethod.due``; ``compress_every`` is its ``interval``)."""
+        return self.method.due(step, held, seq_len, self.num_layers)
 
     # -- the loop -----------------------------------------------------------------------------
     @torch.inference_mode()
@@ -247,16 +256,24 @@ def _stop_ids(model, tokenizer) -> list[int]:
 
 
 def _window_size(method: KVMethod) -> int:
-    for name in ("window_size", "obs_window", "observation_window"):
-        v = getattr(method, name, None)
-        if v:
-            return int(v)
-    return int(method.window)
+    """How many of the latest queries the window statistic covers (the method's ``window``)."""
+    w = getattr(method, "window", 0)
+    if not w:
+        raise ValueError(f"{method.name} needs window attention but has no window field")
+    return int(w)
 
 
 def _stats(cache: PrunableCache, retained: list[np.ndarray]) -> Optional[AttentionStats]:
     if cache.stats is None:
         return None
+    if cache.stats == "window_heads":
+        heads = []
+        for lay, pos in zip(cache.layers, retained):
+            t = lay.window_head_rows
+            heads.append(np.zeros((cache.num_kv_heads, len(pos)), np.float32) if t is None
+                         else t.sum(1).float().cpu().numpy())
+        return AttentionStats(window=[h.sum(0) for h in heads], window_heads=heads,
+                              window_size=cache.window_size)
     arrays = []
     for lay, pos in zip(cache.layers, retained):
         t = lay.accumulated if cache.stats == "accumulated" else (

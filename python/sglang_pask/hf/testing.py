@@ -2,13 +2,16 @@
 
 The reference recomputes the whole sequence in one plain forward (a ``DynamicCache``, no pruning)
 with an explicit boolean mask per layer: query ``t`` sees key ``s`` iff ``s <= t`` and layer ``li``
-had not dropped ``s`` at a compression point with ``seq_len <= t``. Its logits must equal the
-pruned incremental runner's; its cached keys at the kept positions must equal the runner's slots.
+had not dropped ``s`` at a compression point with ``seq_len <= t`` (per KV head when a compression
+selected per head: ``[kv_heads, T, T]``, expanded to the query heads of each group). Its logits
+must equal the pruned incremental runner's; its cached keys at the kept positions must equal the
+runner's slots.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,7 +24,9 @@ REF_NAME = "pask_reference"
 
 
 def _reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-    allow = kw["reference_masks"][module.layer_idx]  # [T, T] bool
+    allow = kw["reference_masks"][module.layer_idx]  # [T, T] or [Hkv, T, T] bool
+    if allow.dim() == 3:
+        allow = allow.repeat_interleave(query.shape[1] // key.shape[1], dim=0)[None]
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=allow, scale=scaling,
                                          enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
@@ -37,16 +42,24 @@ def attention_impl(model, name: str):
         model.config._attn_implementation = old
 
 
-def reference_masks(result, num_layers: int) -> list[torch.Tensor]:
-    """Per layer ``[T, T]`` bool visibility over the fed sequence (prompt + forwarded outputs)."""
+def reference_masks(result, num_layers: int, num_kv_heads: int = 1) -> list[torch.Tensor]:
+    """Per layer ``[T, T]`` bool visibility over the fed sequence (prompt + forwarded outputs);
+    ``[num_kv_heads, T, T]`` when some compression selected per KV head (``head_mask``)."""
     T = len(result.prompt_ids) + _forwarded(result)
-    dropped_at = np.full((num_layers, T), np.iinfo(np.int64).max, dtype=np.int64)
+    per_head = any(c.head_mask is not None for c in result.compressions)
+    H = num_kv_heads if per_head else 1
+    dropped_at = np.full((num_layers, H, T), np.iinfo(np.int64).max, dtype=np.int64)
     for c in result.compressions:
         for li, d in enumerate(c.dropped):
-            dropped_at[li, d] = np.minimum(dropped_at[li, d], c.seq_len)
+            dropped_at[li, :, d] = np.minimum(dropped_at[li, :, d], c.seq_len)
+            if c.head_mask is not None:  # a head also loses what it alone did not keep
+                for h in range(H):
+                    gone = c.kept[li][~c.head_mask[li][h]]
+                    dropped_at[li, h, gone] = np.minimum(dropped_at[li, h, gone], c.seq_len)
     t = np.arange(T)[:, None]
     s = np.arange(T)[None, :]
-    return [torch.from_numpy((s <= t) & (dropped_at[li][None, :] > t)) for li in range(num_layers)]
+    masks = [torch.from_numpy((s <= t)[None] & (dropped_at[li][:, None, :] > t[None])) for li in range(num_layers)]
+    return masks if per_head else [m[0] for m in masks]
 
 
 def _forwarded(result) -> int:
@@ -58,7 +71,7 @@ def _forwarded(result) -> int:
 def reference_forward(model, result):
     """(logits ``[T, vocab]`` float32, DynamicCache) of the masked full recompute of ``result``."""
     ids = list(result.prompt_ids) + list(result.token_ids[:_forwarded(result)])
-    masks = reference_masks(result, model.config.num_hidden_layers)
+    masks = reference_masks(result, model.config.num_hidden_layers, model.config.num_key_value_heads)
     AttentionInterface.register(REF_NAME, _reference_attention)
     cache = DynamicCache()
     with attention_impl(model, REF_NAME):
@@ -90,6 +103,7 @@ def tiny_qwen3(vocab_size: int, layers: int = 4, hidden: int = 64, heads: int = 
 # ---- test-only KV methods (uneven per-layer allocations; a statistics consumer) -------------
 
 
+@dataclass(frozen=True)
 class KeepAllMethod(KVMethod):
     """Keeps every retained position (Full KV)."""
 
@@ -102,11 +116,14 @@ class KeepAllMethod(KVMethod):
         return Selection([np.asarray(r, np.int64).copy() for r in view.retained])
 
 
+@dataclass(frozen=True)
 class SinksRecentMethod(KVMethod):
     """Sinks + most recent, with a per-layer allocation that differs between layers (layer ``li``
     gets ``li`` fewer slots than an even split) so multi-length layers are exercised."""
 
     name = "test_sinks_recent"
+
+    sinks: int = 4
 
     def allocation(self, view):
         per = view.budget_slots(self.budget) // view.num_layers
@@ -121,6 +138,7 @@ class SinksRecentMethod(KVMethod):
         return Selection(kept)
 
 
+@dataclass(frozen=True)
 class TopAccumulatedMethod(SinksRecentMethod):
     """H2O-like: the tail plus the highest accumulated attention (exercises the statistics path)."""
 
