@@ -28,6 +28,7 @@ __all__ = [
     "load_bfcl",
     "load_dir",
     "load_spec",
+    "parse_spec",
     "entry_from_bfcl",
 ]
 
@@ -79,21 +80,31 @@ def load_dir(path: str | Path) -> list[Entry]:
     return out
 
 
-def load_spec(spec: str) -> list[Entry]:
-    """Entries for one ``--data`` spec (see the module docstring)."""
+def parse_spec(spec: str) -> dict:
+    """The ``--data`` spec resolved: ``{"spec", "kind", ...}`` with ``categories`` (bfcl),
+    ``split`` / ``n`` / ``profile`` (synthetic) or ``path`` (file). Raises ValueError if malformed."""
     kind, _, rest = spec.partition(":")
     if kind == "bfcl":
-        if rest in ("", "all"):
-            return load_bfcl()
-        return load_bfcl([c.strip() for c in rest.split(",") if c.strip()])
+        cats = list(BFCL_CATEGORIES) if rest in ("", "all") else [c.strip() for c in rest.split(",") if c.strip()]
+        return {"spec": spec, "kind": kind, "categories": cats}
     if kind == "synthetic":
-        from sglang_pask.eval import synthetic
-
         parts = rest.split(":")
         if len(parts) not in (2, 3) or not parts[1].isdigit():
             raise ValueError(f"bad spec {spec!r}: expected synthetic:SPLIT:N[:PROFILE]")
         profile = parts[2] if len(parts) == 3 else "bfcl_like"
-        return synthetic.generate(split=parts[0], n=int(parts[1]), profile=profile)
+        return {"spec": spec, "kind": kind, "split": parts[0], "n": int(parts[1]), "profile": profile}
     if kind == "file":
-        return load_dir(rest)
+        return {"spec": spec, "kind": kind, "path": rest}
     raise ValueError(f"bad data spec {spec!r}: expected bfcl:..., synthetic:SPLIT:N or file:DIR")
+
+
+def load_spec(spec: str) -> list[Entry]:
+    """Entries for one ``--data`` spec (see the module docstring)."""
+    d = parse_spec(spec)
+    if d["kind"] == "bfcl":
+        return load_bfcl(d["categories"])
+    if d["kind"] == "synthetic":
+        from sglang_pask.eval import synthetic
+
+        return synthetic.generate(split=d["split"], n=d["n"], profile=d["profile"])
+    return load_dir(d["path"])

@@ -30,9 +30,9 @@ from sglang_pask.eval.data import Entry
 from sglang_pask.eval.decode import TRUNCATED, decode_response
 from sglang_pask.eval.summary import markdown_table, summarize
 
-__all__ = ["Settings", "build_request", "score", "read_results", "run_eval", "RunAborted"]
+__all__ = ["Settings", "build_request", "score", "score_entry", "read_results", "run_eval", "RunAborted"]
 
-_MUTABLE_KEYS = ("limit", "workers", "base_url")
+_MUTABLE_KEYS = ("limit", "workers", "base_url", "policy_file")  # the policy itself is keyed by its hash
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,21 @@ def score(entry: Entry, gen: Generation, name_map: dict[str, str]) -> dict:
     return _record(entry, raw, dec.calls, v.valid, v.error_type, v.error, gen.meta)
 
 
+def score_entry(entry: Entry, backend: Backend, settings: Settings) -> dict:
+    """The results.jsonl record of one entry: request -> backend -> decode -> checker. The one
+    scoring path: :func:`run_eval` and the in-process API (:func:`sglang_pask.eval.api.score`)
+    both call it. A failure confined to the entry is an invalid record; raises BackendError only."""
+    try:
+        req, name_map = build_request(entry, settings)
+    except ValueError as err:
+        return _record(entry, None, None, False, "tools:malformed_doc", str(err), {})
+    try:
+        gen = backend.generate(req)
+    except EntryError as err:
+        return _record(entry, None, None, False, f"backend:{err.kind}", str(err), {})
+    return score(entry, gen, name_map)
+
+
 def read_results(path: Path) -> dict[str, dict]:
     """id -> record from a results.jsonl; unparsable lines (a torn last write) are skipped."""
     out: dict[str, dict] = {}
@@ -130,8 +145,10 @@ def run_eval(
     config: dict,
     workers: int = 1,
     progress: bool = True,
+    on_result=None,
 ) -> dict:
     """Run, score and record every entry not yet in ``out_dir``; return the summary.
+    ``on_result(record)``: called after each new record is on disk (e.g. a sweep's progress bar).
 
     Raises RunAborted (after writing the partial summary) if the backend fails fatally.
     """
@@ -152,19 +169,12 @@ def run_eval(
         if stop.is_set():
             return None
         try:
-            req, name_map = build_request(e, settings)
-        except ValueError as err:
-            return _record(e, None, None, False, "tools:malformed_doc", str(err), {})
-        try:
-            gen = backend.generate(req)
-        except EntryError as err:
-            return _record(e, None, None, False, f"backend:{err.kind}", str(err), {})
+            return score_entry(e, backend, settings)
         except BackendError as err:
             with lock:
                 fatal.append(err)
             stop.set()
             return None
-        return score(e, gen, name_map)
 
     if res_path.exists() and res_path.stat().st_size and not res_path.read_bytes().endswith(b"\n"):
         with open(res_path, "a", encoding="utf-8") as f:
@@ -181,6 +191,8 @@ def run_eval(
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     f.flush()
                     done[rec["id"]] = rec
+                    if on_result is not None:
+                        on_result(rec)
                     if bar is not None:
                         bar.update(1)
             except BaseException:  # a bug or Ctrl-C: queued entries end at once, in-flight ones finish

@@ -18,18 +18,72 @@ import time
 
 from sglang_pask.eval.base import Backend, EntryError, Generation, Request
 
-__all__ = ["HFBackend"]
+__all__ = ["HFBackend", "bind_runner", "runner_body"]
+
+
+def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
+                **method_options):
+    """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
+
+    ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
+    reused (nothing is reloaded: binding another method costs well under a millisecond).
+    ``method``: a registry name, built by ``make_method(name, budget, policy=..., schedule=...,
+    **method_options)``, or a KVMethod instance (``budget``/``schedule``/options then replace its
+    fields, which needs a dataclass method). ``policy``: a loaded policy or a policy file, checked
+    against the model's binding."""
+    from sglang_pask.hf import Runner
+    from sglang_pask.methods import KVMethod, make_method
+
+    base = model if isinstance(model, Runner) else None
+    model_dir = _model_dir(model)
+    if isinstance(policy, (str, os.PathLike)):
+        from sglang_pask.policy import load_policy
+
+        policy = load_policy(policy, model_dir=model_dir)
+    if isinstance(method, KVMethod):
+        changes = {**method_options, **({"budget": budget} if budget is not None else {}),
+                   **({"schedule": schedule} if schedule is not None else {}),
+                   **({"policy": policy} if policy is not None else {})}
+        if changes:
+            import dataclasses
+
+            if not dataclasses.is_dataclass(method):
+                raise ValueError(f"cannot change {sorted(changes)} of {method!r}: build it with them instead")
+            method = dataclasses.replace(method, **changes)
+    else:
+        opts = dict(method_options, **({"schedule": schedule} if schedule is not None else {}))
+        method = make_method(str(method), budget, policy=policy, **opts)
+    if base is not None:
+        return Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar)
+    return Runner(model_dir, method=method, policy=policy, grammar="sglang")
+
+
+def _model_dir(model) -> str | None:
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    path = getattr(getattr(model, "model", None), "name_or_path", None)
+    return path if path and os.path.isdir(path) else None
+
+
+def runner_body(request: Request) -> dict:
+    """The chat request body the backend hands the runner for ``request``."""
+    return {"messages": list(request.messages), "tools": list(request.tools), "tool_choice": request.tool_choice,
+            "chat_template_kwargs": {"enable_thinking": request.enable_thinking}}  # as the openai backend
 
 
 class HFBackend(Backend):
+    """``model``: a model directory or a Runner to reuse (:func:`bind_runner`, which also takes
+    ``method``, ``budget``, ``policy``, ``schedule`` and ``method_options``)."""
+
     name = "hf"
     max_workers = 1
 
-    def __init__(self, model: str, method: str = "full", budget: float | None = None, policy: str | None = None):
-        from sglang_pask.hf import Runner
-
-        self.model, self.method, self.budget, self.policy = model, method, budget, policy
-        self.runner = Runner(model, method=method, budget=budget, policy=policy, grammar="sglang")
+    def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
+                 schedule: str | None = None, method_options: dict | None = None):
+        self.runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
+                                  **(method_options or {}))
+        self.model_dir = _model_dir(model)
+        self.policy_file = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "HFBackend":
@@ -37,15 +91,22 @@ class HFBackend(Backend):
         if not model or not os.path.isfile(os.path.join(model, "config.json")):
             raise ValueError(f"--backend hf needs --model DIR, a local HF model folder; got {model!r}")
         return cls(args.model, getattr(args, "method", None) or "full", getattr(args, "budget", None),
-                   getattr(args, "policy", None))
+                   getattr(args, "policy", None), schedule=getattr(args, "schedule", None),
+                   method_options=getattr(args, "method_options", None))
 
     def describe(self) -> dict:
-        return {"backend": self.name, "model": self.model, "method": self.method, "budget": self.budget,
-                "policy": self.policy}
+        """The run-record fields of :mod:`sglang_pask.eval.records` this backend decides."""
+        from sglang_pask.eval.records import method_options, method_record, model_record
+
+        m = self.runner.method
+        rec = method_record(m)
+        return {"backend": self.name, "model": model_record(self.model_dir) if self.model_dir else None,
+                "method": rec, "method_options": method_options(m), "budget": float(m.budget),
+                "schedule": rec.get("schedule", getattr(m, "schedule", "continuous")),
+                "policy": rec.get("policy"), "policy_file": self.policy_file}
 
     def generate(self, request: Request) -> Generation:
-        body = {"messages": list(request.messages), "tools": list(request.tools), "tool_choice": request.tool_choice,
-                "chat_template_kwargs": {"enable_thinking": request.enable_thinking}}  # as the openai backend
+        body = runner_body(request)
         t0 = time.perf_counter()
         try:
             res = self.runner.generate(body, request.max_tokens, temperature=request.temperature)
