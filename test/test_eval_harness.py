@@ -166,7 +166,7 @@ def test_report_merges_runs(tmp_path):
         ("streaming", 0.5, 0.25),
     ]
     assert (tmp_path / "rep" / "accuracy_vs_budget.png").stat().st_size > 1000
-    assert "| pask | 0.5 | 75.00 |" in (tmp_path / "rep" / "report.md").read_text()
+    assert "| pask | - | 0.5 | - | 4 | 75.00 |" in (tmp_path / "rep" / "report.md").read_text()
 
 
 def test_cli_hf_needs_a_model_folder(capsys):
@@ -198,7 +198,7 @@ def test_cli_eval_and_report_end_to_end(tmp_path, monkeypatch, capsys):
     s = json.loads((out / "summary.json").read_text())
     assert sum(v["n"] for v in s["categories"].values()) == 8 and s["mean"] == 1.0
     assert cli.main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
-    assert "| scripted | 1 |" in capsys.readouterr().out
+    assert "| scripted | - | 1 | - | 8 |" in capsys.readouterr().out
 
 
 def test_cli_synth(tmp_path):

@@ -20,6 +20,12 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", help="KV method (hf); with openai a label for the server's setup (report rows)")
     p.add_argument("--budget", type=float, help="KV budget in (0, 1] (hf); with openai a label (default 1.0)")
     p.add_argument("--policy", help="policy file (hf); with openai a label")
+    from sglang_pask.methods import SCHEDULES  # light: the registry (numpy only), no model code
+
+    p.add_argument("--schedule", choices=SCHEDULES, help="when the method compresses (hf; default: the method's, "
+                   "continuous); with openai a label")
+    p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option (repeatable), e.g. normalize=true, window=32; values parse as JSON scalars")
     p.add_argument("--limit", type=int, help="at most N entries per category (the first N)")
     p.add_argument("--workers", type=int, default=1, help="concurrent requests")
     p.add_argument("--max-tokens", type=int, default=512)
@@ -51,25 +57,22 @@ def _eval(args: argparse.Namespace) -> int:
     from sglang_pask.eval.base import BackendError, BackendUnavailable
     from sglang_pask.eval.data import load_spec
     from sglang_pask.eval.harness import RunAborted, Settings, run_eval
+    from sglang_pask.eval.records import parse_option, run_config
     from sglang_pask.eval.summary import markdown_table
 
     try:
         if args.budget is not None and not 0.0 < args.budget <= 1.0:
             raise ValueError("--budget must be in (0, 1]")
+        args.method_options = dict(parse_option(o) for o in args.method_opt)
         entries = _limit(load_spec(args.data), args.limit)
         settings = Settings(args.max_tokens, args.temperature, args.tool_choice, args.enable_thinking)
         backend = make_backend(args.backend, args)
-    except (ValueError, BackendUnavailable, BackendError, RuntimeError) as e:
+    except (ValueError, TypeError, BackendUnavailable, BackendError, RuntimeError) as e:
         print(f"pask eval: error: {e}", file=sys.stderr)
         return 2
-    config = {
-        "data": args.data,
-        "limit": args.limit,
-        "workers": args.workers,
-        "method": args.method,
-        "budget": args.budget,
-        "policy": args.policy,
-    }
+    config = run_config(args.data, method=args.method, budget=args.budget, schedule=args.schedule,
+                        policy=args.policy, method_options=args.method_options, limit=args.limit,
+                        workers=args.workers)
     try:
         summary = run_eval(entries, backend, args.out, settings, config, args.workers, not args.no_progress)
     except RunAborted as e:
@@ -86,6 +89,9 @@ def _eval(args: argparse.Namespace) -> int:
 def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="`pask eval --out` directories")
     p.add_argument("--out", default="pask_report", help="where report.md/.json and the PNG go")
+    p.add_argument("--group-by", action="append", default=[], metavar="FIELD",
+                   help="allow runs that differ in FIELD (model, data, tool_choice, max_tokens, temperature, "
+                        "enable_thinking, backend) and key rows by it; repeatable")
 
 
 @command("report", "merge eval runs into a methods x budgets x categories table and a PNG", _report_args)
@@ -93,7 +99,7 @@ def _report(args: argparse.Namespace) -> int:
     from sglang_pask.eval.report import write_report
 
     try:
-        rep = write_report(args.runs, args.out)
+        rep = write_report(args.runs, args.out, tuple(args.group_by))
     except ValueError as e:
         print(f"pask report: error: {e}", file=sys.stderr)
         return 2
@@ -122,4 +128,72 @@ def _synth(args: argparse.Namespace) -> int:
         print(f"pask synth: error: {e}", file=sys.stderr)
         return 2
     print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    from sglang_pask.methods import SCHEDULES
+
+    p.add_argument("--model", required=True, help="model DIR (the hf reference runner)")
+    p.add_argument("--data", required=True, help="a --data spec, e.g. synthetic:eval:200:tiny")
+    p.add_argument("--methods", type=_words, required=True,
+                   help="comma list of NAME[:KEY=VALUE]..., e.g. full,streaming,h2o,h2o:normalize=true,snapkv")
+    p.add_argument("--budgets", type=_floats, required=True, help="comma list, e.g. 0.5,0.33,0.2 (full: 1.0)")
+    p.add_argument("--schedules", type=_words, default=["continuous"],
+                   help=f"comma list of {', '.join(SCHEDULES)} (default: continuous)")
+    p.add_argument("--policy", help="policy file for pask")
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--tool-choice", choices=("auto", "required"), default="auto")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes, each loading the model once")
+    p.add_argument("--out", required=True, help="folder of run directories, one per cell (resumable)")
+    p.add_argument("--results", help="where the report and meta.json go (default: OUT/report)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _sweep_command(args: argparse.Namespace) -> str:
+    """The sweep's command line with every setting spelled out (what meta.json records)."""
+    import shlex
+
+    parts = ["pask", "sweep", "--model", args.model, "--data", args.data, "--methods", ",".join(args.methods),
+             "--budgets", ",".join(f"{b:g}" for b in args.budgets), "--schedules", ",".join(args.schedules)]
+    if args.policy:
+        parts += ["--policy", args.policy]
+    parts += ["--tool-choice", args.tool_choice, "--max-tokens", str(args.max_tokens), "--jobs", str(args.jobs),
+              "--out", args.out]
+    if args.results:
+        parts += ["--results", args.results]
+    return shlex.join(parts)
+
+
+@command("sweep", "run methods x schedules x budgets with the reference runner and write the report", _sweep_args)
+def _sweep(args: argparse.Namespace) -> int:
+    from sglang_pask.eval.sweep import run_sweep
+    from sglang_pask.methods import SCHEDULES
+
+    try:
+        bad = [s for s in args.schedules if s not in SCHEDULES]
+        if bad:
+            raise ValueError(f"--schedules: unknown {', '.join(bad)} (choose from {', '.join(SCHEDULES)})")
+        meta = run_sweep(model=args.model, data=args.data, methods=args.methods, budgets=args.budgets,
+                         schedules=args.schedules, out=args.out, results=args.results, policy=args.policy,
+                         settings={"max_tokens": args.max_tokens, "tool_choice": args.tool_choice},
+                         jobs=args.jobs, progress=not args.no_progress, command=_sweep_command(args))
+    except (ValueError, TypeError) as e:
+        print(f"pask sweep: error: {e}", file=sys.stderr)
+        return 2
+    for w in meta["report"]["warnings"]:
+        print(f"pask sweep: warning: {w}", file=sys.stderr)
+    print(meta["report"]["markdown"], end="")
+    print(f"wall time {meta['wall_s']:.0f} s; wrote " + ", ".join(meta["report"]["files"]) + " and meta.json")
     return 0

@@ -84,9 +84,16 @@ def _pct(x: float | None) -> str:
 
 def markdown_table(summary: dict) -> str:
     """One row per category plus the aggregates (accuracy in %)."""
-    cfg = summary.get("config", {})
+    cfg = dict(summary.get("config", {}))
+    if isinstance(cfg.get("model"), dict):
+        cfg["model"] = cfg["model"].get("path")
+    if isinstance(cfg.get("method"), dict):
+        from sglang_pask.eval.records import method_label
+
+        cfg["method"] = method_label(cfg["method"].get("name"), cfg.get("method_options"))
     head = ", ".join(
-        f"{k}={cfg[k]}" for k in ("data", "backend", "model", "method", "budget") if cfg.get(k) is not None
+        f"{k}={cfg[k]}" for k in ("data", "backend", "model", "method", "schedule", "budget")
+        if cfg.get(k) is not None
     )
     lines = [f"**{head}**" if head else "", "", "| category | n | correct | accuracy % |", "|---|---:|---:|---:|"]
     for c, v in summary["categories"].items():

@@ -1,0 +1,246 @@
+"""``pask sweep``: methods x schedules x budgets on one model and data set, one command from the
+runs to the published table.
+
+Cells: ``full`` once (budget 1.0, its default schedule); every other method at every budget under
+every schedule. Method specs are ``NAME[:KEY=VALUE]...`` (:func:`~sglang_pask.eval.records.parse_method_spec`),
+so ``h2o`` and ``h2o:normalize=true`` are two cells. Each cell is a ``pask eval``-compatible run
+directory ``OUT/<cell>`` (same run.json, results.jsonl, summary.json; resumable: finished entries are
+skipped, so rerunning the command finishes what is missing), scored through the in-process API's
+path (:func:`sglang_pask.eval.harness.run_eval` over the hf backend, one model per process).
+
+``jobs`` worker processes (spawned) each load the model once and take cells from a queue; with
+more than one job each worker runs torch on one thread (the cores are shared). Progress: one bar
+over every pending entry of every cell. At the end: ``pask report`` of all cells into ``RESULTS``
+(report.md, report.json with intervals, accuracy_vs_budget.png) and ``RESULTS/meta.json`` (the
+command line, git commit, date, wall time in total and per cell, cores, jobs).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_pask.eval.records import method_label, parse_method_spec
+
+__all__ = ["Cell", "plan", "run_sweep"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str
+    options: dict = field(default_factory=dict, hash=False)
+    schedule: str | None = None
+    budget: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The run directory's name, e.g. ``h2o+normalize=true-prefill-0.33`` (``full``: ``full``)."""
+        stem = "+".join([self.method] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                         for k, v in sorted(self.options.items())])
+        if self.budget is None:
+            return stem
+        return f"{stem}-{self.schedule}-{self.budget:g}"
+
+    @property
+    def label(self) -> str:
+        return method_label(self.method, self.options)
+
+
+def plan(methods: list[str], budgets: list[float], schedules: list[str]) -> list[Cell]:
+    """The cells of a sweep, in command-line order (full first when listed)."""
+    if not methods or not budgets or not schedules:
+        raise ValueError("--methods, --budgets and --schedules each need at least one value")
+    for b in budgets:
+        if not 0.0 < b <= 1.0:
+            raise ValueError(f"--budgets: {b} is not in (0, 1]")
+    cells, seen = [], set()
+    for spec in methods:
+        name, opts = parse_method_spec(spec)
+        if name == "full":
+            todo = [Cell("full", opts)]
+        else:
+            todo = [Cell(name, opts, s, b) for s in schedules for b in budgets]
+        for c in todo:
+            if c.name in seen:
+                raise ValueError(f"cell {c.name} is listed twice")
+            seen.add(c.name)
+            cells.append(c)
+    return cells
+
+
+# ---- one cell -----------------------------------------------------------------------------------
+
+_WORKER: dict = {}
+
+
+def _init(model: str, threads: int | None, queue) -> None:
+    """Per process: load the model once (and pin torch's threads when the cores are shared)."""
+    import torch
+
+    from sglang_pask.eval.api import load_runner
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    _WORKER.update(runner=load_runner(model), queue=queue)
+
+
+def _run_cell(job: dict) -> dict:
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings, run_eval
+    from sglang_pask.eval.hf_backend import HFBackend
+    from sglang_pask.eval.records import run_config
+
+    cell: Cell = job["cell"]
+    t0 = time.perf_counter()
+    entries = load_spec(job["data"])
+    policy = job["policy"] if cell.method == "pask" else None
+    backend = HFBackend(_WORKER["runner"], cell.method, cell.budget, policy, schedule=cell.schedule,
+                        method_options=cell.options)
+    config = run_config(job["data"], method=cell.method, budget=cell.budget, schedule=cell.schedule,
+                        policy=policy, method_options=cell.options)
+    queue = _WORKER.get("queue")
+    count = [0]
+
+    def tick(_rec):
+        count[0] += 1
+        if queue is not None:
+            queue.put(1)
+
+    summary = run_eval(entries, backend, job["out"], Settings(**job["settings"]), config, 1, False, on_result=tick)
+    return {"cell": cell.name, "method": cell.label, "schedule": cell.schedule, "budget": cell.budget,
+            "wall_s": round(time.perf_counter() - t0, 2), "entries_run": count[0], "entries": len(entries),
+            "mean": summary.get("mean")}
+
+
+# ---- the sweep ----------------------------------------------------------------------------------
+
+
+def _pending(out: Path, ids: set[str]) -> int:
+    from sglang_pask.eval.harness import read_results
+
+    return len(ids - set(read_results(out / "results.jsonl")))
+
+
+def run_sweep(*, model: str, data: str, methods: list[str], budgets: list[float], schedules: list[str],
+              out: str | Path, results: str | Path | None = None, policy: str | None = None,
+              settings: dict | None = None, jobs: int = 1, progress: bool = True,
+              command: str | None = None) -> dict:
+    """Run every cell (see the module docstring); returns the metadata written to meta.json."""
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.report import write_report
+
+    cells = plan(methods, budgets, schedules)
+    if any(c.method == "pask" for c in cells) and not policy:
+        raise ValueError("pask needs a policy: add --policy FILE")
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        raise ValueError(f"--model {model!r} is not a model folder (no config.json)")
+    if jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    out = Path(out)
+    results = Path(results) if results is not None else out / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    ids = {e.id for e in load_spec(data)}
+    settings = dict(settings or {})
+    work = [{"cell": c, "data": data, "policy": policy, "settings": settings, "out": str(out / c.name)}
+            for c in cells]
+    total = sum(_pending(Path(w["out"]), ids) for w in work)
+    t0 = time.perf_counter()
+    bar = _bar(total, progress)
+    done: list[dict] = []
+    if jobs == 1:
+        _init(model, None, None)
+        _WORKER["queue"] = _Ticker(bar)
+        try:
+            for w in work:
+                done.append(_run_cell(w))
+        finally:
+            _WORKER.clear()
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        stop = threading.Event()
+        drain = threading.Thread(target=_drain, args=(queue, bar, stop), daemon=True)
+        drain.start()
+        try:
+            with ctx.Pool(min(jobs, len(work)), initializer=_init, initargs=(model, 1, queue)) as pool:
+                done = list(pool.imap_unordered(_run_cell, work))
+        finally:
+            stop.set()
+            drain.join()
+            queue.close()
+            queue.join_thread()
+    if bar is not None:
+        bar.close()
+    order = {c.name: i for i, c in enumerate(cells)}
+    done.sort(key=lambda d: order[d["cell"]])
+    rep = write_report([w["out"] for w in work], results)
+    meta = {
+        "command": command or shlex.join(["pask", *sys.argv[1:]]),
+        "git_commit": _git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "cells": done,
+        "machine": {"cpu_cores": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "jobs": jobs, "torch_threads_per_job": 1 if jobs > 1 else "default",
+        "model": model, "data": data, "policy": policy, "settings": settings, "runs": str(out),
+    }
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    meta["report"] = rep
+    return meta
+
+
+class _Ticker:
+    """A stand-in for the workers' queue when the sweep runs in-process."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def put(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+
+def _drain(queue, bar, stop: threading.Event) -> None:
+    import queue as q
+
+    while not stop.is_set() or not queue.empty():
+        try:
+            n = queue.get(timeout=0.2)
+        except q.Empty:
+            continue
+        if bar is not None:
+            bar.update(n)
+
+
+def _bar(total: int, progress: bool):
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="pask sweep", unit="entry", file=sys.stderr, dynamic_ncols=True)
+
+
+def _git_commit() -> str | None:
+    """HEAD's commit of the source tree, with ``+dirty`` when tracked files differ from it."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
