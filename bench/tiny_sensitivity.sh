@@ -1,30 +1,28 @@
 #!/usr/bin/env bash
-# KV sensitivity of a model on the synthetic eval split, with the reference runner (pask eval
-# --backend hf): full, then streaming / h2o / snapkv / pyramidkv / pask (prior policy) at each
-# budget, merged by `pask report` into one methods x budgets x categories table and a PNG.
+# KV sensitivity of a model on the synthetic eval split with the reference runner: full, then every
+# method at every budget under every schedule, in one `pask sweep` (resumable: rerun to finish),
+# which writes the report (md, json with 95% CIs, png) and meta.json (command, commit, wall time)
+# into RESULTS.
 #   MODEL=models/pask-tiny-fc N=200 bash bench/tiny_sensitivity.sh
+# Lists (BUDGETS, METHODS, SCHEDULES) may be space- or comma-separated; a method takes options as
+# NAME:KEY=VALUE (e.g. h2o:normalize=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/pask-tiny-fc}
 N=${N:-200}
 BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
-METHODS=${METHODS:-"streaming h2o snapkv pyramidkv pask"}
+METHODS=${METHODS:-"full streaming h2o h2o:normalize=true snapkv pyramidkv random pask"}
+SCHEDULES=${SCHEDULES:-"prefill continuous"}
 OUT=${OUT:-runs/sensitivity-$(basename "$MODEL")}
+RESULTS=${RESULTS:-$OUT/report}
 MAX_TOKENS=${MAX_TOKENS:-128}
 TOOL_CHOICE=${TOOL_CHOICE:-required}
+JOBS=${JOBS:-2}
 PASK=.venv/bin/pask
-DATA="synthetic:eval:$N:tiny"
 POLICY=${POLICY:-$OUT/prior.json}
+commas() { echo "$*" | tr -s ' ,' ','; }
 mkdir -p "$OUT"
 [[ -f "$POLICY" ]] || $PASK policy prior --model "$MODEL" --groups 2 --budget 0.33 --out "$POLICY"
-
-common=(--data "$DATA" --backend hf --model "$MODEL" --max-tokens "$MAX_TOKENS" --tool-choice "$TOOL_CHOICE" --no-progress)
-$PASK eval "${common[@]}" --method full --out "$OUT/full" | tail -n 3
-for b in $BUDGETS; do
-  for m in $METHODS; do
-    extra=(--budget "$b")
-    [[ "$m" == pask ]] && extra+=(--policy "$POLICY")
-    $PASK eval "${common[@]}" --method "$m" "${extra[@]}" --out "$OUT/$m-$b" | tail -n 3
-  done
-done
-$PASK report "$OUT"/full "$OUT"/*-0.* --out "$OUT/report"
+$PASK sweep --model "$MODEL" --data "synthetic:eval:$N:tiny" --methods "$(commas $METHODS)" \
+  --budgets "$(commas $BUDGETS)" --schedules "$(commas $SCHEDULES)" --policy "$POLICY" \
+  --tool-choice "$TOOL_CHOICE" --max-tokens "$MAX_TOKENS" --jobs "$JOBS" --out "$OUT" --results "$RESULTS"
