@@ -28,7 +28,8 @@ def test_generate_json(req, capsys):
     assert main(["generate", "--model", TINY, "--request", req, "--method", "streaming",
                  "--budget", "0.33", "--format", "json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert set(obj) == {"text", "tool_calls", "kept", "tokens"}
+    assert set(obj) == {"text", "tool_calls", "kept", "tokens", "prompt_ids"}
+    assert all(isinstance(i, int) for i in obj["prompt_ids"])
     assert obj["tokens"] == 12 and obj["text"].startswith("<tool_call>")
     groups = obj["kept"]
     assert set(groups) == {"0", "1", "2", "3"}  # 4 layers -> 4 default groups
