@@ -33,7 +33,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_pask.structure import PromptTagger, PromptTags, make_prompt_tagger
+from sglang_pask.structure import OutputTracker, PromptTagger, PromptTags, make_prompt_tagger, tracker_for_request
 from sglang_pask.structure.validate import validate_messages, validate_response_format, validate_tools
 
 __all__ = ["RenderedPrompt", "render_chat"]
@@ -66,6 +66,11 @@ class RenderedPrompt:
     @property
     def notes(self) -> list[str]:
         return self.tags.notes
+
+    def tracker(self, name: str | None = None) -> OutputTracker:
+        """A fresh output tracker for this request's generated tokens, chosen from the view (so
+        ``tool_choice="none"`` -- no tools in the view -- picks the tracker the prompt implies)."""
+        return tracker_for_request(self.view, name)
 
 
 def render_chat(tokenizer, request, *, tagger: PromptTagger | None = None) -> RenderedPrompt:

@@ -85,14 +85,13 @@ def _kept_rows(runner, request: dict, res) -> dict[str, list[dict]]:
     """Per group: the `pask tag` rows of the tokens its first layer still holds, a ``⋯`` row
     (``i = -1``) standing for each run of dropped tokens."""
     from sglang_pask.rendering import render_chat
-    from sglang_pask.structure import tracker_for_request
     from sglang_pask.structure.render import rows as tag_rows
     from sglang_pask.structure.token_bytes import tag_output_ids
 
     tags = render_chat(runner.tokenizer, request, tagger=runner.tagger)  # the runner's own prompt
     P = len(tags.token_ids)
     fed = res.token_ids[:max(res.tokens - 1, 0)]
-    text, offsets = tag_output_ids(runner.tokenizer, fed, tracker_for_request(request))
+    text, offsets = tag_output_ids(runner.tokenizer, fed, tags.tracker())
     all_rows = (tag_rows("prompt", tags.text, tags.offsets, res.classes[:P], ids=tags.token_ids)
                 + tag_rows("output", text, offsets, res.classes[P:P + len(fed)], first=P, ids=fed))
     out = {}

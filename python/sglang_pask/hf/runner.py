@@ -180,14 +180,13 @@ class Runner:
         logits; ``keep_cache``: attach the final :class:`PrunableCache` as ``result.cache``;
         ``ignore_stop``: never stop at a stop token (benchmarks; grammar ends still stop)."""
         from sglang_pask.rendering import render_chat
-        from sglang_pask.structure import tracker_for_request
         from sglang_pask.structure.token_bytes import token_bytes
 
         t0 = time.perf_counter()
         tags = render_chat(self.tokenizer, request, tagger=self.tagger)  # as the server renders it
         prompt = list(tags.token_ids)
         prompt_classes = [int(c) for c in tags.classes]
-        tracker = tracker_for_request(request)
+        tracker = tags.tracker()
         matcher = self.constraints.matcher(request) if self.constrain else None
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
         cache = self.new_cache()

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from sglang_pask.rendering import render_chat
-    from sglang_pask.structure import ToolSchemaError, tracker_for_request
+    from sglang_pask.structure import ToolSchemaError
     from sglang_pask.structure.render import as_html, as_json, as_text, rows
     from sglang_pask.structure.token_bytes import tag_output, tag_output_ids
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     for note in tags.notes:
         print(f"pask tag: note: {note}", file=sys.stderr)
     if args.output is not None or args.output_ids is not None:
-        tracker = tracker_for_request(request, args.tracker)
+        tracker = rendered.tracker(args.tracker)
         if args.output_ids is not None:
             try:
                 ids = json.loads(args.output_ids)
