@@ -3,6 +3,7 @@ determinism (byte-identical files); disjoint splits; knob validation; tiny profi
 
 import collections
 import filecmp
+import json
 
 import pytest
 from sglang_pask.eval import synthetic
@@ -63,15 +64,37 @@ def test_prefix_stable():
     assert small == big[:8]
 
 
-@pytest.mark.parametrize("profile", sorted(synthetic.PROFILES))
-def test_splits_never_overlap(profile):
-    queries = {
-        s: {p["question"][0][0]["content"] for _, p, _ in synthetic.generate_rows(s, 300, profile)}
-        for s in synthetic.SPLITS
-    }
-    assert not queries["train"] & queries["calib"]
-    assert not queries["train"] & queries["eval"]
-    assert not queries["calib"] & queries["eval"]
+def _pair(prompt: dict, answer: dict) -> str:
+    """An entry's tools and answer, whatever the query's wording."""
+    return json.dumps([prompt["function"], answer["ground_truth"]], sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_splits() -> dict[str, list]:
+    """The tiny profile's splits as generated: 20,000 train entries (the trainer reads train from
+    entry 0 on), 2,000 each of calib and eval (published tables use eval's first 200)."""
+    return {s: synthetic.generate_rows(s, n, "tiny") for s, n in (("train", 20_000), ("calib", 2_000), ("eval", 2_000))}
+
+
+def test_splits_never_overlap(tiny_splits):
+    queries = {s: [p["question"][0][0]["content"] for _, p, _ in rows] for s, rows in tiny_splits.items()}
+    train = set(queries["train"])
+    for held_out in ("calib", "eval"):
+        leaked = [q for q in queries[held_out] if q in train]
+        assert not leaked, f"{len(leaked)} {held_out} queries occur in train, e.g. {leaked[0]!r}"
+    assert not set(queries["calib"]) & set(queries["eval"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: 2 calib and 2 eval entries of the first 2,000 (all synthetic_simple) have the tools and "
+    "answer of one of the first 20,000 train entries under another query wording: the split rule hashes "
+    "the query only. Eval's first 200 are clean against all 256,000 train entries the shipped model saw; "
+    "calib's first 200 are not (3)."))
+def test_held_out_tools_and_answers_never_in_train(tiny_splits):
+    train = {_pair(p, a) for _, p, a in tiny_splits["train"]}
+    for held_out in ("calib", "eval"):
+        leaked = [p["id"] for _, p, a in tiny_splits[held_out] if _pair(p, a) in train]
+        assert not leaked, f"{len(leaked)} {held_out} entries have a train entry's tools and answer: {leaked[:3]}"
 
 
 def test_knob_validation():
