@@ -48,7 +48,6 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
     """Score ``answer_ids`` (token ids, e.g. the gold call then the end-of-turn token) as the
     continuation of the chat ``request`` under ``runner``'s method (see the module docstring)."""
     from sglang_pask.rendering import render_chat
-    from sglang_pask.structure import tracker_for_request
     from sglang_pask.structure.token_bytes import token_bytes
 
     answer = [int(t) for t in answer_ids]
@@ -57,7 +56,7 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
     tags = render_chat(runner.tokenizer, request, tagger=runner.tagger)  # as Runner.generate renders
     prompt = list(tags.token_ids)
     prompt_classes = [int(c) for c in tags.classes]
-    tracker = tracker_for_request(request)
+    tracker = tags.tracker()  # chosen from the rendered view, as Runner.generate does
     cache = runner.new_cache()
 
     logits = runner.forward(cache, prompt, 0)
