@@ -9,27 +9,9 @@ import json
 
 import pytest
 from conftest import DEFAULT_POLICY, ROOT, TINY_RANDOM
+from eval_checks import recheck
 from sglang_pask import cli
-from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
-from sglang_pask.eval.checker import check
 from sglang_pask.eval.data import load_spec
-from sglang_pask.eval.decode import TRUNCATED, decode_response
-
-
-def _recheck(records: list[dict], data: str) -> None:
-    """Each record's verdict is the checker's on the record's own raw output: decoded again and
-    checked again by BFCL's checker (the harness's rule for an empty output cut at max_tokens aside)."""
-    entries = {e.id: e for e in load_spec(data)}
-    for r in records:
-        e = entries[r["id"]]
-        _, name_map = bfcl_to_openai_tools(list(e.functions))
-        dec = decode_response(r["raw"]["text"], r["raw"]["tool_calls"], name_map)
-        if dec.calls is None:
-            assert not r["valid"] and r["decoded"] is None, r["id"]
-            assert r["error_type"] in (dec.error_type, TRUNCATED), r["id"]
-            continue
-        v = check(list(e.functions), dec.calls, list(e.ground_truth), e.category)
-        assert (r["valid"], r["error_type"], r["decoded"]) == (v.valid, v.error_type, dec.calls), r["id"]
 
 
 def _run(tmp_path, argv: list[str]) -> tuple[list[dict], dict]:
@@ -51,7 +33,7 @@ def test_hf_backend_writes_every_output(tmp_path, method_args):
         assert r["raw"]["text"] is not None and r["meta"]["completion_tokens"] > 0
         assert r["meta"]["prompt_tokens"] > 100
         assert not r["valid"] and r["error_type"]  # random weights in 24 tokens: wrong, with a reason
-    _recheck(results, data)
+    recheck(results, data)
     assert summary["complete"] and sum(c["n"] for c in summary["categories"].values()) == 8
     assert summary["config"]["backend"] == "hf" and summary["config"]["method"]["name"] == method_args[1]
 
@@ -62,5 +44,5 @@ def test_full_kv_on_the_shipped_model_answers_known_entries_right(tmp_path):
                                        str(ROOT / "models" / "pask-tiny-fc"), "--method", "full",
                                        "--tool-choice", "required", "--max-tokens", "128"])
     assert sorted((r["id"], r["valid"]) for r in results) == sorted((e.id, True) for e in load_spec(data))
-    _recheck(results, data)
+    recheck(results, data)
     assert summary["mean"] == 1.0

@@ -4,6 +4,7 @@ finishes and writes every output. Random weights: accuracy is whatever it is (ne
 
 import json
 
+from eval_checks import recheck
 from sglang_pask import cli
 from sglang_pask.testing import free_port
 
@@ -31,7 +32,8 @@ def test_openai_backend_synthetic(pask_server, tmp_path):
     assert len(lines) == 4
     for rec in map(json.loads, lines):
         assert rec["raw"] is not None and rec["meta"]["completion_tokens"] <= 16
-        assert rec["valid"] or rec["error_type"]
+        assert not rec["valid"] and rec["error_type"]  # random weights in 16 tokens: wrong, with a reason
+    recheck([json.loads(line) for line in lines], "synthetic:eval:4")
     s = json.loads((out / "summary.json").read_text())
     assert s["complete"] and sum(v["n"] for v in s["categories"].values()) == 4
     assert s["config"]["backend"] == "openai" and s["config"]["model"]
