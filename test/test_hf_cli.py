@@ -60,3 +60,29 @@ def test_generate_errors(req, tmp_path, capsys):
     assert "must be a JSON object" in err and "needs a policy" in err and "budget is 1.0" in err
     with pytest.raises(SystemExit):  # argparse: choices come from the methods registry
         main(["generate", "--model", TINY, "--request", req, "--method", "nope"])
+
+
+@pytest.mark.parametrize("schedule", ["prefill", "continuous"])
+def test_generate_schedule_flag(req, capsys, schedule):
+    """--schedule reaches the method: prefill keeps floor(b*L*P) prompt slots and every output
+    token; continuous holds floor(b*L*T) slots of all T tokens at the end."""
+    assert main(["generate", "--model", TINY, "--request", req, "--method", "streaming", "--budget", "0.33",
+                 "--schedule", schedule, "--format", "json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    P, L = len(obj["prompt_ids"]), len(obj["kept"])
+    T = P + obj["tokens"] - 1  # the last token is never forwarded
+    kept = [set(k) for k in obj["kept"].values()]
+    prompt_slots = sum(sum(1 for p in k if p < P) for k in kept)
+    if schedule == "prefill":
+        assert prompt_slots == int(0.33 * L * P + 1e-9)
+        assert all(set(range(P, T)) <= k for k in kept)
+    else:
+        assert sum(map(len, kept)) == int(0.33 * L * T + 1e-9)
+
+
+def test_generate_method_opt_errors(req, capsys):
+    assert main(["generate", "--model", TINY, "--request", req, "--method", "snapkv", "--budget", "0.33",
+                 "--method-opt", "kernel=3"]) == 2
+    assert "has no option 'kernel' (its options:" in capsys.readouterr().err
+    assert main(["generate", "--model", TINY, "--request", req, "--method-opt", "window"]) == 2
+    assert "not KEY=VALUE" in capsys.readouterr().err

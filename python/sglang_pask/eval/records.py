@@ -24,6 +24,8 @@ import json
 import os
 from typing import Any
 
+from sglang_pask.methods.options import parse_method_spec, parse_option, parse_value
+
 __all__ = ["run_config", "parse_value", "parse_option", "parse_method_spec", "method_spec", "method_record",
            "method_options", "model_record", "method_label", "NOT_OPTIONS"]
 
@@ -42,38 +44,6 @@ def run_config(data: str, *, method: str | None, budget: float | None, schedule:
     return {"data": data, "data_spec": parse_spec(data), "limit": limit, "workers": workers,
             "method": method, "method_options": dict(method_options or {}), "budget": budget,
             "schedule": schedule, "policy": policy}
-
-
-def parse_value(text: str) -> Any:
-    """``"true"`` -> True, ``"5"`` -> 5, ``"0.5"`` -> 0.5, ``"null"`` -> None; anything else
-    (including JSON lists and objects) stays the string given."""
-    try:
-        v = json.loads(text)
-    except ValueError:
-        return text
-    return v if v is None or isinstance(v, (bool, int, float, str)) else text
-
-
-def parse_option(text: str) -> tuple[str, Any]:
-    """``"KEY=VALUE"`` -> ``(KEY, parse_value(VALUE))``."""
-    key, eq, value = text.partition("=")
-    if not eq or not key.strip():
-        raise ValueError(f"method option {text!r} is not KEY=VALUE")
-    return key.strip(), parse_value(value.strip())
-
-
-def parse_method_spec(spec: str) -> tuple[str, dict]:
-    """``"h2o:normalize=true:beta=5"`` -> ``("h2o", {"normalize": True, "beta": 5})``."""
-    name, *opts = spec.strip().split(":")
-    if not name:
-        raise ValueError(f"method spec {spec!r} has no method name")
-    out: dict = {}
-    for o in opts:
-        k, v = parse_option(o)
-        if k in out:
-            raise ValueError(f"method spec {spec!r} sets {k!r} twice")
-        out[k] = v
-    return name, out
 
 
 def _fmt(v: Any) -> str:

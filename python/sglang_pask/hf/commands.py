@@ -10,7 +10,7 @@ from sglang_pask.cli import command
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory (HF format)")
     p.add_argument("--request", required=True, help="an OpenAI chat request body (JSON file)")
-    from sglang_pask.methods import METHODS  # light: the registry (numpy only), no model code
+    from sglang_pask.methods import METHODS, SCHEDULES  # light: the registry (numpy only), no model code
 
     p.add_argument("--method", default="full", choices=sorted(METHODS), help="KV method")
     p.add_argument("--budget", type=float, default=None,
@@ -21,6 +21,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compress-every", type=int, default=None,
                    help="decode steps between budget checks (default: the method's interval); "
                         "compression also runs at prefill end, always only when over budget")
+    p.add_argument("--schedule", choices=SCHEDULES, default=None,
+                   help="continuous: compress whenever over budget (b of all tokens); prefill: once at "
+                        "prefill end, outputs kept (b of the prompt). Default: the method's (continuous)")
+    p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="a field of the method, e.g. normalize=true (h2o), per_head=true (snapkv); repeatable")
     p.add_argument("--no-constrain", action="store_true", help="ignore tools/response_format grammars")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--show-kept", action="store_true",
@@ -44,16 +49,24 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from sglang_pask.hf.runner import Runner
+    from sglang_pask.methods.options import parse_option
     from sglang_pask.policy import PolicyError
     from sglang_pask.structure import ToolSchemaError
 
+    try:
+        options = dict(parse_option(o) for o in args.method_opt)
+    except ValueError as e:
+        print(f"pask generate: --method-opt: {e}", file=sys.stderr)
+        return 2
+    if args.schedule is not None:
+        options["schedule"] = args.schedule
     max_new = args.max_new_tokens or request.get("max_completion_tokens") or request.get("max_tokens") or 128
     try:
         runner = Runner(args.model, method=args.method, budget=args.budget, policy=args.policy,
                         compress_every=args.compress_every, constrain=not args.no_constrain,
-                        dtype=getattr(torch, args.dtype))
+                        dtype=getattr(torch, args.dtype), method_options=options)
         res = runner.generate(request, max_new_tokens=int(max_new))
-    except (ToolSchemaError, PolicyError, ValueError, KeyError) as e:
+    except (ToolSchemaError, PolicyError, ValueError, KeyError, TypeError) as e:
         print(f"pask generate: {e}", file=sys.stderr)
         return 2
     rows = _kept_rows(runner, request, res) if args.show_kept else None
@@ -73,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tool_call: {json.dumps(call['function'], ensure_ascii=False)}")
     held = sum(len(r) for r in res.retained)
     total = runner.num_layers * (len(res.prompt_ids) + max(res.tokens - 1, 0))
-    print(f"-- {res.tokens} tokens, finish {res.finish_reason}, method {args.method} at budget "
-          f"{runner.budget:g}: {held} of {total} token-layer slots held", file=sys.stderr)
+    print(f"-- {res.tokens} tokens, finish {res.finish_reason}, {runner.method!r}: "
+          f"{held} of {total} token-layer slots held", file=sys.stderr)
     if rows:
         sys.stdout.write(as_text(sum(rows.values(), [])))
     return 0

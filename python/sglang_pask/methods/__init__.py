@@ -17,6 +17,7 @@ Every method is a frozen dataclass whose fields are its options (``repr`` shows 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from sglang_pask.methods.base import (
@@ -48,6 +49,11 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
     if name not in METHODS:
         raise ValueError(f"unknown KV method {name!r} (choices: {', '.join(METHODS)})")
     cls = METHODS[name]
+    fields = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("budget", "policy")]
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise TypeError(f"method {name!r} has no option {', '.join(map(repr, unknown))} "
+                        f"(its options: {', '.join(fields)})")
     if cls is Pask:
         if policy is None:
             raise ValueError(NO_POLICY)
