@@ -14,6 +14,22 @@ TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"
 DEFAULT_POLICY = ROOT / "policies" / "tiny-random-qwen3.prior.json"
 
 
+_SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``server`` every test that starts a real SGLang server (or uses the shared one), so
+    ``pytest -m "not server"`` runs the rest: a test that asks for ``pask_server``, or any test of
+    a module whose source starts one (``running_server``, ``launch_server``)."""
+    starts: dict[str, bool] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in starts:
+            starts[path] = any(w in Path(path).read_text(encoding="utf-8") for w in _SERVER_WORDS)
+        if "pask_server" in getattr(item, "fixturenames", ()) or starts[path]:
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
