@@ -11,15 +11,20 @@ cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/pask-tiny-fc}
 N=${N:-200}
 BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
-METHODS=${METHODS:-"full streaming h2o h2o:normalize=true snapkv pyramidkv random pask"}
+# h2o: the paper's scores; h2o:normalize=true: kvpress's normalised scores (ObservedAttention) with
+# H2O's recent half; h2o:normalize=true:recent_ratio=0: ObservedAttentionPress exactly.
+METHODS=${METHODS:-"full streaming h2o h2o:normalize=true h2o:normalize=true:recent_ratio=0 snapkv pyramidkv random pask"}
 SCHEDULES=${SCHEDULES:-"prefill continuous"}
 OUT=${OUT:-runs/sensitivity-$(basename "$MODEL")}
-RESULTS=${RESULTS:-$OUT/report}
+RESULTS=${RESULTS:-bench/results/$(basename "$MODEL")-sensitivity-n$N}
 MAX_TOKENS=${MAX_TOKENS:-128}
 TOOL_CHOICE=${TOOL_CHOICE:-required}
 JOBS=${JOBS:-2}
 PASK=.venv/bin/pask
-POLICY=${POLICY:-$OUT/prior.json}
+# the committed prior policy of the model if there is one, else a fresh prior
+PRIOR=policies/$(basename "$MODEL").prior.json
+[[ -f "$PRIOR" ]] || PRIOR=$OUT/prior.json
+POLICY=${POLICY:-$PRIOR}
 commas() { echo "$*" | tr -s ' ,' ','; }
 mkdir -p "$OUT"
 [[ -f "$POLICY" ]] || $PASK policy prior --model "$MODEL" --groups 2 --budget 0.33 --out "$POLICY"

@@ -240,13 +240,16 @@ def plot(rows: list[dict], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 5))
     label = "mean8" if all(r.get("mean8") is not None for r in rows) else "mean"
     lines: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get(label) is not None:
-            lines.setdefault((tuple(r["group"].values()), _label(r), r["policy"]), []).append(r)
-    for (group, name, _pol), rs in sorted(lines.items()):
+            lines.setdefault((tuple(r["group"].values()), r["label"], r["schedule"], r["policy"]), []).append(r)
+    # one colour per method (label + group), one line style per schedule
+    colours = {k[:2]: plt.cm.tab10(i % 10) for i, k in enumerate(dict.fromkeys(k[:2] for k in sorted(lines)))}
+    styles = {"prefill": "-", "continuous": "--"}
+    for (group, name, schedule, _pol), rs in sorted(lines.items()):
         rs = sorted(rs, key=lambda r: r["budget"])
         xs = [r["budget"] for r in rs]
         ys = [100 * r[label] for r in rs]
@@ -254,15 +257,15 @@ def plot(rows: list[dict], path: str | Path) -> Path:
         err = None
         if all(cis):
             err = [[y - 100 * c[0] for y, c in zip(ys, cis)], [100 * c[1] - y for y, c in zip(ys, cis)]]
-        text = " ".join([*group, name])
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=text,
-                    linestyle="--" if len(xs) == 1 else "-")
+        text = " ".join([*group, name] + ([] if schedule == "-" else [f"({schedule})"]))
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=text, color=colours[(group, name)],
+                    linestyle=styles.get(schedule, ":"), alpha=0.9)
     ax.set_xlabel("KV budget (fraction of Full KV kept)")
     ax.set_ylabel(f"accuracy % ({label}), 95% CI")
     ax.set_xlim(0, 1.05)
     ax.set_ylim(-2, 102)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
