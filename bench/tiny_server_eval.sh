@@ -4,6 +4,7 @@
 # Uses a server already at $HOST:$PORT or starts `make serve` and stops it by PID afterwards.
 #   bash bench/tiny_server_eval.sh                         # 200 entries, tool_choice=required
 #   N=400 TOOL_CHOICE=auto bash bench/tiny_server_eval.sh
+# Writes the `pask report` of the run (md, json with 95% CIs, png) into RESULTS (bench/results/...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib_serve.sh
@@ -13,6 +14,7 @@ TOOL_CHOICE=${TOOL_CHOICE:-required}
 MAX_TOKENS=${MAX_TOKENS:-128}
 WORKERS=${WORKERS:-4}
 OUT=${OUT:-runs/server-$(basename "$MODEL")-$TOOL_CHOICE-n$N}
+RESULTS=${RESULTS:-bench/results/$(basename "$MODEL")-server-$TOOL_CHOICE-n$N}
 ensure_server
 
 start=$(date +%s)
@@ -20,3 +22,4 @@ start=$(date +%s)
   --method full --tool-choice "$TOOL_CHOICE" --max-tokens "$MAX_TOKENS" --workers "$WORKERS" \
   --no-progress --out "$OUT"
 echo "tiny_server_eval: $MODEL, tool_choice=$TOOL_CHOICE, $N entries, $(( $(date +%s) - start )) s; results in $OUT"
+.venv/bin/pask report "$OUT" --out "$RESULTS" | tail -n 1

@@ -35,8 +35,12 @@ def test_train_resume_export(tmp_path):
     assert {"extend_steps": [4, 6]} in log and json.loads((out / "config.json").read_text())["steps"] == 6
 
     dest = tmp_path / "model"
-    r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--export", str(dest), timeout=300)
+    results = tmp_path / "results"
+    r = run_python("-m", "sglang_pask.tiny.train", "--out", str(out), "--export", str(dest),
+                   "--results", str(results), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert (results / "model-train-log.jsonl").read_text() == (out / "log.jsonl").read_text()
+    assert (results / "model-loss.png").read_bytes() == (out / "loss.png").read_bytes()
     card = (dest / "MODEL_CARD.md").read_text()
     assert "6 steps of batch 4" in card and "is **not** a general assistant" in card
     assert "--steps 4`, then `... --out runs/tiny-fc --resume --steps 6`" in card

@@ -264,8 +264,10 @@ def train(cfg: TrainConfig, out: str, device: str = "cpu", resume: bool = False,
                     return
 
 
-def export(out: str, dest: str) -> None:
-    """Write the trained model as a HF folder (safetensors, tokenizer, chat template, gen config)."""
+def export(out: str, dest: str, results: str | None = None) -> None:
+    """Write the trained model as a HF folder (safetensors, tokenizer, chat template, gen config);
+    with ``results``, also the run's training log and loss curve there, as
+    ``<model>-train-log.jsonl`` and ``<model>-loss.png`` (what bench/results publishes)."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
@@ -281,6 +283,13 @@ def export(out: str, dest: str) -> None:
     tok.save_pretrained(dest)
     with open(os.path.join(dest, "MODEL_CARD.md"), "w") as f:
         f.write(model_card(out, cfg, sum(p.numel() for p in model.parameters())))
+    if results:
+        import shutil
+
+        name = os.path.basename(os.path.normpath(dest))
+        os.makedirs(results, exist_ok=True)
+        shutil.copyfile(os.path.join(out, "log.jsonl"), os.path.join(results, f"{name}-train-log.jsonl"))
+        shutil.copyfile(os.path.join(out, "loss.png"), os.path.join(results, f"{name}-loss.png"))
 
 
 def model_card(out: str, cfg: TrainConfig, n_params: int) -> str:
@@ -335,13 +344,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--export", metavar="DIR", help="only export the trained model in --out to DIR")
+    ap.add_argument("--results", metavar="DIR", help="with --export: also copy the training log and loss "
+                    "curve there (e.g. bench/results)")
     ap.add_argument("--max-minutes", type=float, default=0, help="stop (with a checkpoint) after this long")
     for f, default in asdict(TrainConfig()).items():
         kind = _flag if isinstance(default, bool) else type(default)
         ap.add_argument(f"--{f.replace('_', '-')}", type=kind, default=default)
     args = ap.parse_args(argv)
     if args.export:
-        export(args.out, args.export)
+        export(args.out, args.export, args.results)
         return
     cfg = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
     train(cfg, args.out, args.device, args.resume, args.max_minutes)
