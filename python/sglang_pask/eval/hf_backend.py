@@ -54,7 +54,10 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         opts = dict(method_options, **({"schedule": schedule} if schedule is not None else {}))
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
-        return Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar)
+        bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar)
+        if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
+            bound._constraints = base.constraints
+        return bound
     return Runner(model_dir, method=method, policy=policy, grammar="sglang")
 
 

@@ -1,0 +1,54 @@
+"""``pask calibrate``: measure S and D on a calibration split and compile them into policies."""
+
+from __future__ import annotations
+
+import argparse
+
+from sglang_pask.cli import command
+
+
+def _floats(text: str) -> tuple:
+    return tuple(float(x) for x in text.replace(" ", ",").split(",") if x)
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--data", required=True, help="calibration data: synthetic:calib:N[:PROFILE]")
+    p.add_argument("--groups", type=int, required=True, help="number of layer groups (consecutive, even)")
+    p.add_argument("--budgets", type=_floats, default=(0.5, 0.33, 0.2), help="comma list (default 0.5,0.33,0.2)")
+    p.add_argument("--schedule", default="prefill", choices=("prefill", "continuous"),
+                   help="schedule the family search scores under (default prefill)")
+    p.add_argument("--seed", type=int, default=0, help="entry permutation and bootstrap seed (default 0)")
+    p.add_argument("--fit-n", type=int, default=60, help="entries the family search scores (default 60)")
+    p.add_argument("--probe-n", type=int, default=40, help="of those, entries S and D use (default 40)")
+    p.add_argument("--max-tokens", type=int, default=128, help="generation limit (default 128)")
+    p.add_argument("--tool-choice", default="required", choices=("auto", "required"))
+    p.add_argument("--main-budget", type=float, default=0.33, help="budget whose policy --out holds")
+    p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
+
+
+@command("calibrate", "measure sensitivity S and distortion D on calib data; write calibrated policies", _setup)
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from sglang_pask.calibrate.pipeline import Config, budget_path, calibrate
+
+    try:
+        cfg = Config(model=args.model, data=args.data, groups=args.groups, budgets=args.budgets, out=args.out,
+                     schedule=args.schedule, seed=args.seed, fit_n=args.fit_n, probe_n=args.probe_n,
+                     max_tokens=args.max_tokens, tool_choice=args.tool_choice, main_budget=args.main_budget)
+    except ValueError as e:
+        print(f"pask calibrate: {e}", file=sys.stderr)
+        return 2
+    doc = calibrate(cfg)
+    for b in cfg.budgets:
+        s = doc["search"][f"{b:g}"]
+        line = f"b={b:g}: {s['rows'][s['best']]['label']} fit {100 * s['rows'][s['best']]['accuracy']:.1f}"
+        c = doc.get("check", {}).get(f"{b:g}")
+        if c:
+            line += (f"; check n={c['n']} pask {100 * c['pask']:.1f} vs snapkv {100 * c['baseline']:.1f}, "
+                     f"diff {100 * c['diff']:+.1f} [{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]")
+        print(f"{budget_path(cfg.out, b)}: {line}")
+    print(f"wrote {cfg.out} (b={cfg.main_budget:g}) and its report "
+          f"{cfg.out.rsplit('.', 1)[0]}.calibration.md")
+    return 0

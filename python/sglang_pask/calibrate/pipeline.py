@@ -1,0 +1,174 @@
+"""``pask calibrate`` end to end: measure S and D, compile the family, search it per budget, check
+the chosen policy on held-out calibration entries, write the policies and the report.
+
+Entries (all from the ``--data`` spec, which must be a calibration split): a seeded permutation;
+the first ``fit_n`` are the **fit** entries (S and D use the first ``probe_n`` of them, the family
+search all of them), the rest the **check** entries (the chosen policies vs SnapKV, never used to
+choose). Outputs, for ``--out DIR/NAME.json`` and budgets ``b``: ``DIR/NAME.b<b>.json`` per budget,
+``DIR/NAME.json`` (the ``main_budget`` one), ``DIR/NAME.calibration.json`` (every measurement: the
+cache a rerun with the same configuration resumes from), ``DIR/NAME.calibration.md`` and the
+``NAME.S.png`` / ``NAME.D.png`` heatmaps. Policies hold no timing, so they are byte-identical
+across runs with the same seed, data and code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+import sglang_pask
+from sglang_pask.calibrate.distortion import measure_distortion
+from sglang_pask.calibrate.family import FAMILY, compile_policy, sensitivity_score
+from sglang_pask.calibrate.search import check_policy, search_budget
+from sglang_pask.calibrate.sensitivity import measure_sensitivity, work_units
+from sglang_pask.eval.data import load_spec, parse_spec
+from sglang_pask.eval.harness import Settings, build_request
+from sglang_pask.eval.hf_backend import runner_body
+from sglang_pask.policy.binding import ModelBinding
+from sglang_pask.policy.document import save_policy
+from sglang_pask.policy.prior import even_groups
+from sglang_pask.rendering import render_chat
+
+__all__ = ["Config", "calibrate", "budget_path"]
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    data: str
+    groups: int
+    budgets: tuple
+    out: str
+    schedule: str = "prefill"
+    seed: int = 0
+    fit_n: int = 60
+    probe_n: int = 40
+    max_tokens: int = 128
+    tool_choice: str = "required"
+    main_budget: float = 0.33
+
+    def __post_init__(self):
+        spec = parse_spec(self.data)
+        if spec.get("split") != "calib":
+            raise ValueError(f"--data must be a calibration split (synthetic:calib:N[:PROFILE]), got {self.data!r}")
+        if not 1 <= self.probe_n <= self.fit_n:
+            raise ValueError(f"need 1 <= --probe-n ({self.probe_n}) <= --fit-n ({self.fit_n})")
+        if self.main_budget not in self.budgets:
+            raise ValueError(f"--main-budget {self.main_budget:g} is not one of --budgets")
+
+
+def budget_path(out: str | os.PathLike, budget: float) -> Path:
+    """``DIR/NAME.b<budget>.json`` for ``--out DIR/NAME.json``."""
+    p = Path(out)
+    return p.with_name(f"{p.stem}.b{budget:g}{p.suffix}")
+
+
+def code_version() -> tuple[str, str]:
+    """(``sglang_pask <version> git <commit>[-dirty]``, the commit's date): the package's source
+    tree (``-dirty``: tracked files under python/ differ from the commit)."""
+    root = Path(sglang_pask.__file__).resolve().parents[2]
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "python") else ""
+    return f"sglang_pask {sglang_pask.__version__} git {commit}{dirty}", git("log", "-1", "--format=%cI") or "unknown"
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+
+def _split(entries, cfg: Config):
+    order = np.random.default_rng(cfg.seed).permutation(len(entries))
+    fit = [entries[i] for i in order[: cfg.fit_n]]
+    return fit[: cfg.probe_n], fit, [entries[i] for i in order[cfg.fit_n:]]
+
+
+def _cached(path: Path, key: dict) -> dict:
+    if path.exists():
+        doc = json.loads(path.read_text())
+        if doc.get("config") == key:
+            return doc
+    return {"config": key}
+
+
+def calibrate(cfg: Config) -> dict:
+    """Run the pipeline (module docstring); returns the measurement document (also written)."""
+    t0 = time.perf_counter()
+    out = Path(cfg.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    version, date = code_version()
+    key = {k: v for k, v in asdict(cfg).items() if k != "out"}
+    key["budgets"] = list(cfg.budgets)
+    key["code"] = version
+    meas_path = out.with_name(f"{out.stem}.calibration.json")
+    doc = _cached(meas_path, key)
+    save = lambda: meas_path.write_text(json.dumps(doc, indent=1) + "\n")  # noqa: E731
+
+    entries = load_spec(cfg.data)
+    probe, fit, check = _split(entries, cfg)
+    settings = Settings(max_tokens=cfg.max_tokens, tool_choice=cfg.tool_choice)
+    runner = sglang_pask.load_runner(cfg.model)
+    binding = ModelBinding.from_model(cfg.model)
+    groups = even_groups(binding.num_layers, cfg.groups)
+    timings = doc.setdefault("timings_s", {})
+
+    if "sensitivity" not in doc:
+        t = time.perf_counter()
+        with _bar(work_units(probe, groups, runner, settings), "sensitivity") as bar:
+            doc["sensitivity"] = measure_sensitivity(runner, probe, groups, settings, tick=bar.update)
+        timings["sensitivity"] = round(time.perf_counter() - t, 1)
+        save()
+    if "distortion" not in doc:
+        t = time.perf_counter()
+        with _bar(len(probe), "distortion") as bar:
+            doc["distortion"] = measure_distortion(runner, probe, groups, cfg.budgets, settings, tick=bar.update)
+        timings["distortion"] = round(time.perf_counter() - t, 1)
+        save()
+    score = sensitivity_score(doc["sensitivity"])
+    prompt_len = float(np.mean([len(render_chat(runner.tokenizer, runner_body(build_request(e, settings)[0]),
+                                                tagger=runner.tagger).token_ids) for e in fit]))
+    record = {"data": cfg.data, "split": "calib", "samples": len(probe), "sensitivity": score,
+              "distortion": doc["distortion"], "tool_version": version, "date": date, "seed": cfg.seed}
+    name = out.stem
+    searches = doc.setdefault("search", {})
+    checks = doc.setdefault("check", {})
+    chosen = {}
+    for b in cfg.budgets:
+        k = f"{b:g}"
+        cands = [(m.label, compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len,
+                                          record, f"{name}@{k}")) for m in FAMILY]
+        if k not in searches:
+            t = time.perf_counter()
+            with _bar(1 + len(cands), f"search b={k}") as bar:
+                searches[k] = search_budget(runner, cands, fit, b, settings, cfg.seed, cfg.schedule, tick=bar.update)
+            timings[f"search {k}"] = round(time.perf_counter() - t, 1)
+            save()
+        policy = cands[searches[k]["best"]][1]
+        chosen[b] = policy
+        save_policy(policy, budget_path(out, b))
+        if check and k not in checks:
+            t = time.perf_counter()
+            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.schedule)
+            timings[f"check {k}"] = round(time.perf_counter() - t, 1)
+            save()
+    save_policy(chosen[cfg.main_budget], out)
+    doc["prompt_len"] = round(prompt_len, 3)
+    doc["split_sizes"] = {"probe": len(probe), "fit": len(fit), "check": len(check)}
+    timings["total (this invocation)"] = round(time.perf_counter() - t0, 1)
+    save()
+    from sglang_pask.calibrate.report import write_report
+
+    write_report(doc, out, {b: budget_path(out, b) for b in cfg.budgets})
+    return doc

@@ -1,0 +1,103 @@
+"""The calibration report beside the policy: ``NAME.calibration.md`` (S and D tables, the family
+search with calib scores, the held-out check, timings) and the heatmaps ``NAME.S.png`` /
+``NAME.D.png`` (written when matplotlib is installed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["write_report"]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(cols) + 2), 0.5 * len(rows) + 1.8))
+    im = ax.imshow(matrix, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows)
+    for (i, j), v in np.ndenumerate(matrix):
+        ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=6, color="w")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(doc: dict, out: Path, policies: dict) -> Path:
+    """Write the markdown (and PNGs) for the measurement document ``doc`` of ``--out`` ``out``."""
+    cfg, sens = doc["config"], doc["sensitivity"]
+    classes = sens["classes"]
+    G = len(sens["fail"])
+    sizes = doc.get("split_sizes", {})
+    lines = [f"# Calibration: {out.name}", "",
+             f"Model `{cfg['model']}`, data `{cfg['data']}` (calib split only; the eval split is never "
+             f"used here), seed {cfg['seed']}, {cfg['groups']} layer groups, schedule `{cfg['schedule']}`, "
+             f"max_tokens {cfg['max_tokens']}, tool_choice {cfg['tool_choice']}. Entries: "
+             f"{sizes.get('probe')} probe (S, D) within {sizes.get('fit')} fit (family search); "
+             f"{sizes.get('check')} held-out check. Code: {cfg['code']}.", "",
+             "## Task-error sensitivity S[g][c]", "",
+             f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "
+             f"entries: failure rate {_pct(sens['full']['fail'])}%, gold NLL {sens['full']['nll']:.4f} "
+             "nats/token. Rise in failure rate (points) / rise in gold NLL (nats/token), over the entries "
+             "holding the class (`n`); s = max(fail, 0) + max(nll, 0) orders the classes.", ""]
+    rows = []
+    for c in classes:
+        cells = [c, str(sens["count"][c])]
+        for g in range(G):
+            f, n = sens["fail"][g][c], sens["nll"][g][c]
+            cells.append(f"{100 * f:+.1f} / {n:+.4f}")
+        rows.append(cells)
+    lines += _table(["class", "n"] + [f"group {g} fail / nll" for g in range(G)], rows)
+    budgets = list(doc["distortion"][0])
+    lines += ["", "## Attention-output distortion D[g](b)", "",
+              "Relative error of group g's attention output on the gold-answer positions (teacher "
+              "forcing) when only group g keeps sinks + the newest tokens (b of the prompt).", ""]
+    lines += _table(["group"] + [f"b={b}" for b in budgets],
+                    [[str(g)] + [f"{doc['distortion'][g][b]:.4f}" for b in budgets] for g in range(G)])
+    lines += ["", "## Family search (fit entries, calib)", ""]
+    for b, s in doc.get("search", {}).items():
+        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {_pct(s['baseline'])})", ""]
+        rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"], _pct(r["accuracy"]),
+                 f"{100 * r['diff']:+.1f} [{100 * r['ci'][0]:+.1f}, {100 * r['ci'][1]:+.1f}]"]
+                for i, r in enumerate(s["rows"])]
+        lines += _table(["member", "accuracy", "diff vs SnapKV [95% CI]"], rows) + [""]
+    if doc.get("check"):
+        lines += ["## Held-out check (calib entries the search never saw)", ""]
+        rows = [[b, str(c["n"]), _pct(c["pask"]), _pct(c["baseline"]),
+                 f"{100 * c['diff']:+.1f} [{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]",
+                 f"`{Path(policies[float(b)]).name}`" if float(b) in policies else ""]
+                for b, c in doc["check"].items()]
+        lines += _table(["budget", "n", "pask (chosen)", "SnapKV prefill", "paired diff [95% CI]", "policy"], rows)
+        lines.append("")
+    lines += ["## Wall time", "", "Seconds per phase, on this machine (a resumed run reuses earlier phases):", ""]
+    lines += _table(["phase", "s"], [[k, f"{v:.1f}"] for k, v in doc.get("timings_s", {}).items()])
+    s_mat = np.array([[max(sens["fail"][g][c], 0) + max(sens["nll"][g][c], 0) for c in classes] for g in range(G)])
+    d_mat = np.array([[doc["distortion"][g][b] for b in budgets] for g in range(G)])
+    groups = [f"group {g}" for g in range(G)]
+    pngs = []
+    if _heatmap(s_mat, groups, classes, "S[g][c] = fail rise + NLL rise", out.with_name(f"{out.stem}.S.png")):
+        pngs.append(f"{out.stem}.S.png")
+    if _heatmap(d_mat, groups, [f"b={b}" for b in budgets], "D[g](b)", out.with_name(f"{out.stem}.D.png")):
+        pngs.append(f"{out.stem}.D.png")
+    lines += [""] + [f"![{p}]({p})" for p in pngs]
+    md = out.with_name(f"{out.stem}.calibration.md")
+    md.write_text("\n".join(lines) + "\n")
+    return md
