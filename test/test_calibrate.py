@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
-
 from sglang_pask.calibrate.probes import DropClass, RecencyGroup
 from sglang_pask.methods.base import CacheView
 

@@ -21,8 +21,8 @@ from typing import Iterator
 from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.decode import render_tool_calls
-from sglang_pask.eval.synthetic import generate
 from sglang_pask.eval.gold import gold_calls
+from sglang_pask.eval.synthetic import generate
 
 END = "<|im_end|>"
 
