@@ -15,16 +15,15 @@ reference runner) and Qwen3 itself write ``{"name": "NAME", "arguments": ...}``.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Iterator
 
 from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.decode import render_tool_calls
-from sglang_pask.eval.gold import gold_calls
+from sglang_pask.eval.gold import END_OF_TURN, forced_answer_text, gold_calls
 from sglang_pask.eval.synthetic import generate
 
-END = "<|im_end|>"
+END = END_OF_TURN
 
 
 def request_body(entry: Entry) -> tuple[dict, dict[str, str]]:
@@ -41,9 +40,7 @@ def answer_text(entry: Entry, name_map: dict[str, str]) -> str:
         return render_tool_calls(calls) + END
     # Exactly what follows SGLang's forced begin: no whitespace before the arguments value (the
     # grammar does not allow it there; a model trained with `"arguments": {` is pushed off course).
-    blocks = [f'<tool_call>\n{{"name":"{name}", "arguments":{json.dumps(args, ensure_ascii=False)}}}\n</tool_call>'
-              for c in calls for name, args in c.items()]
-    return "\n".join(blocks) + END
+    return forced_answer_text(entry, END)
 
 
 def render(tokenizer, entry: Entry) -> tuple[str, str]:
