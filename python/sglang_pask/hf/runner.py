@@ -143,13 +143,13 @@ class Runner:
                  step: int, force: bool = False) -> Optional[Compression]:
         """At decode step ``step`` (0: prefill end), apply the method if it is due (every
         method's schedule, when over budget) or ``force``; None if nothing ran."""
+        heads = max(cache.num_kv_heads, 1)
+        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
+            return None  # checked first: this runs every decode step, the view only when due
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         masks = [cache.head_mask(li) for li in range(self.num_layers)]
         masks = None if all(m is None for m in masks) else [
             None if m is None else m.cpu().numpy() for m in masks]
-        heads = max(cache.num_kv_heads, 1)
-        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
-            return None
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
                          protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
