@@ -27,7 +27,8 @@ import argparse
 import logging
 import os
 
-from sglang_pask.policy import PolicyError, load_policy
+from sglang_pask.policy import PolicyError
+from sglang_pask.srt import serving
 from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
@@ -35,6 +36,26 @@ logger = logging.getLogger("sglang_pask")
 ENV_POLICY = "SGLANG_PASK_POLICY"
 FLAG = "--pask-policy"
 TAG_LOG_FLAG = "--pask-tag-log"
+#: flag -> (dest, environment variable, type, help) of the persistence flags (:mod:`.serving`)
+PERSIST_FLAGS = {
+    "--pask-method": ("pask_method", serving.ENV_METHOD, str,
+                      "KV method the server runs (default pask; also streaming, random, full)"),
+    "--pask-budget": ("pask_budget", serving.ENV_BUDGET, float,
+                      "KV budget b in (0, 1] (default: the policy's)"),
+    "--pask-schedule": ("pask_schedule", serving.ENV_SCHEDULE, str,
+                        "when to compress: continuous or prefill (default: the method's)"),
+    "--pask-interval": ("pask_interval", serving.ENV_INTERVAL, int,
+                        "decode steps between budget checks under continuous (default 1)"),
+    "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
+                        "(debug) write the kept positions of every compression to JSON lines in DIR"),
+}
+#: SGLang features the per-unit pools do not support yet: flag dest -> why
+_REFUSED = {
+    "enable_hierarchical_cache": "hierarchical cache",
+    "speculative_algorithm": "speculative decoding",
+    "enable_unified_memory": "the unified memory pool",
+    "enable_dp_attention": "data-parallel attention",
+}
 
 _ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 _FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
@@ -59,24 +80,66 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
         help="sglang_pask (debug): with a policy, write each request's prompt and output structure "
         "tags to JSON lines in DIR.",
     )
+    for flag, (dest, _env, typ, text) in PERSIST_FLAGS.items():
+        parser.add_argument(flag, dest=dest, type=typ, default=None,
+                            metavar=flag.rsplit("-", 1)[-1].upper(), help=f"sglang_pask: {text}.")
+
+
+def _persistence_args(args: argparse.Namespace, path: str) -> None:
+    """Check the persistence flags (building the serving config once, so errors name the flag),
+    export them to child processes, and set what the per-unit pools need: page size 1, no
+    overlap scheduling (drops read the just-written state), no radix cache (a compressed
+    sequence must not be shared as a prefix; radix-aware sharing is a later step)."""
+    values = {flag: getattr(args, dest, None) for flag, (dest, *_r) in PERSIST_FLAGS.items()}
+    try:
+        config = serving.build_config(path, method=values["--pask-method"], budget=values["--pask-budget"],
+                                      schedule=values["--pask-schedule"], interval=values["--pask-interval"],
+                                      model_dir=getattr(args, "model_path", None))
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"error: {e}") from None
+    for dest, what in _REFUSED.items():
+        if getattr(args, dest, None):
+            raise SystemExit(f"error: {FLAG}: {what} is not supported with per-unit KV pools")
+    if getattr(args, "page_size", None) not in (None, 1):
+        raise SystemExit(f"error: {FLAG}: --page-size must be 1 with per-unit KV pools")
+    args.page_size = 1
+    args.disable_overlap_schedule = True
+    if not getattr(args, "disable_radix_cache", False):
+        logger.info("sglang_pask: radix cache disabled (compressed prefixes are not shared yet)")
+    args.disable_radix_cache = True
+    for flag, (dest, env, _t, _h) in PERSIST_FLAGS.items():
+        v = values[flag]
+        if v is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = os.path.abspath(v) if dest == "pask_kept_log" else str(v)
+    serving.active_config.cache_clear()
+    logger.info("sglang_pask: persistence: %s", config.describe())
 
 
 def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     path = getattr(args, "pask_policy", None)
     if path:
         try:
+            from sglang_pask.policy import load_policy
+
             load_policy(path, model_dir=getattr(args, "model_path", None))
         except PolicyError as e:
             # SystemExit with a message: one line on stderr, exit status 1, nothing spawned.
             raise SystemExit(f"error: {FLAG}: {e}") from None
         path = os.path.abspath(path)
         os.environ[ENV_POLICY] = path
+        _persistence_args(args, path)
         tag_log = getattr(args, "pask_tag_log", None)
         if tag_log:
             os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
         _enable_pask_hooks(apply_now=True)
     elif getattr(args, "pask_tag_log", None):
         raise SystemExit(f"error: {TAG_LOG_FLAG} needs {FLAG}")
+    else:
+        given = [flag for flag, (dest, *_r) in PERSIST_FLAGS.items() if getattr(args, dest, None) is not None]
+        if given:
+            raise SystemExit(f"error: {', '.join(given)} need {FLAG}")
     server_args = original(cls, args, *rest, **kwargs)
     if path:
         server_args._pask_policy = path
@@ -98,9 +161,10 @@ def _enable_pask_hooks(apply_now: bool) -> None:
     if _hooks_enabled:
         return
     _hooks_enabled = True
-    from sglang_pask.srt.tag_hooks import register_hooks
+    from sglang_pask.srt import persist_hooks, tag_hooks
 
-    register_hooks()
+    tag_hooks.register_hooks()
+    persist_hooks.register_hooks()
     if apply_now:
         from sglang.srt.plugins.hook_registry import HookRegistry
 

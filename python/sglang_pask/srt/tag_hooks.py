@@ -8,6 +8,8 @@
   tracker, kept on the per-request grammar object, the exact bytes of each accepted token
   (xgrammar's decoded vocabulary); invariant: ``len(tracker) == len(grammar.accepted_tokens)``.
   Which tracker: tool-call structural tags -> ``qwen3_tools``, JSON schemas -> ``json``.
+* Carrying: the prompt classes ride with the request into the scheduler as a KV-hint action
+  (:mod:`.request_tags`), read there at every compression point (:mod:`.persist`).
 * Read-back: AROUND ``mem_cache.common.release_kv_cache`` writes the output record of a finished
   request to the tag log (:mod:`.tag_log`).
 
@@ -59,6 +61,11 @@ def after_convert(result, serving, request, *args, **kwargs):
         notes = list(tags.notes)
         if adapted.input_ids is not None and list(adapted.input_ids) != list(tags.token_ids):
             notes.append("token ids differ from the ids SGLang runs")
+        else:  # the tags travel with the request to the scheduler (request_tags)
+            from sglang_pask.srt.request_tags import attach
+            from sglang_pask.structure import tracker_name_for_request
+
+            attach(adapted, [int(c) for c in tags.classes], tracker_name_for_request(tags.view))
         tag_log.write("prompt", {"rid": adapted.rid, "part": "prompt", "token_ids": list(tags.token_ids),
                                  "classes": [int(c) for c in tags.classes], "notes": notes})
     except Exception as e:  # never fail a request because of tagging

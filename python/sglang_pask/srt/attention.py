@@ -1,0 +1,97 @@
+"""Attention that reads only the persisted slots of each unit (CPU: derived from SGLang's
+``torch_native`` backend; GPU: :mod:`.flashinfer_backend`).
+
+Per forward, :meth:`PaskTorchNativeAttnBackend.init_forward_metadata` builds, for every unit
+``u`` and request ``i`` of the batch, ``slots[u][i]`` (int64 ``[n]``: the unit slots the request
+holds, in logical order) and ``positions[u][i]`` (int64 ``[n]``: their logical positions), from
+``mapping[u, req_to_token[row, :seq_len]] > 0``. The tokens written by this forward are mapped
+(allocation precedes the forward) and always held, so causality is the mask ``key position <=
+query position`` over held positions; RoPE is already in K, so dropping never moves a position.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+
+def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(slots, positions)`` of the tokens a unit holds among ``full_ids`` (logical order).
+    ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``."""
+    slots = mapping_u[full_ids.long()]
+    positions = torch.nonzero(slots > 0, as_tuple=False).flatten()
+    return slots[positions], positions
+
+
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+                     k_pos: torch.Tensor, scaling: float, enable_gqa: bool) -> torch.Tensor:
+    """Reference: ``q [heads, nq, d]``, ``k/v [kv_heads, nk, d]``, causal by logical position
+    (``k_pos[j] <= q_pos[i]``). Returns ``[heads, nq, d_v]``. The torch reference every kernel
+    is tested against."""
+    mask = k_pos[None, :] <= q_pos[:, None]
+    if q.shape[1] == 1 and bool(mask.all()):
+        mask = None  # decode over held keys: every key precedes the query
+    return scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
+                                        enable_gqa=enable_gqa, scale=scaling).squeeze(0)
+
+
+class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
+    """torch SDPA per request over each unit's held slots (no sliding window, no cross
+    attention, no encoder-decoder: the plugin refuses those models)."""
+
+    def __init__(self, model_runner):
+        super().__init__(model_runner)
+        self.pool = self.token_to_kv_pool
+        self.unit_meta: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
+
+    def init_forward_metadata(self, forward_batch):
+        super().init_forward_metadata(forward_batch)
+        req_to_token = self.req_to_token_pool.req_to_token
+        rows = forward_batch.req_pool_indices.tolist()
+        lens = forward_batch.seq_lens.tolist()
+        self.unit_meta = []
+        for u in range(len(self.pool.units)):
+            m = self.pool.mapping[u]
+            self.unit_meta.append([held_slots(m, req_to_token[r, :n]) for r, n in zip(rows, lens)])
+
+    def _attend(self, q, layer, forward_batch, q_lens, q_starts):
+        """``q [tokens, heads, d]`` -> ``[tokens, heads, d_v]``; request ``i``'s queries sit at
+        logical positions ``q_starts[i] ..< q_starts[i] + q_lens[i]``."""
+        unit = self.pool.unit_of[layer.layer_id]
+        k_buf = self.pool.get_key_buffer(layer.layer_id)
+        v_buf = self.pool.get_value_buffer(layer.layer_id)
+        out = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
+        gqa = layer.tp_q_head_num != layer.tp_k_head_num
+        start = 0
+        for i, (nq, q0) in enumerate(zip(q_lens, q_starts)):
+            slots, k_pos = self.unit_meta[unit][i]
+            qi = q[start:start + nq].movedim(0, 1)  # [heads, nq, d]
+            k = k_buf[slots].movedim(0, 1).to(qi.dtype)
+            v = v_buf[slots].movedim(0, 1).to(qi.dtype)
+            q_pos = torch.arange(q0, q0 + nq, device=q.device)
+            out[start:start + nq] = sparse_attention(qi, k, v, q_pos, k_pos, layer.scaling, gqa).movedim(0, 1)
+            start += nq
+        return out
+
+    def _write(self, layer, forward_batch, k, v, save_kv_cache):
+        if save_kv_cache and k is not None and v is not None:
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        self._write(layer, forward_batch, k, v, save_kv_cache)
+        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        o = self._attend(q_, layer, forward_batch, forward_batch.extend_seq_lens.tolist(),
+                         forward_batch.extend_prefix_lens.tolist())
+        return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        self._write(layer, forward_batch, k, v, save_kv_cache)
+        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        lens = forward_batch.seq_lens.tolist()
+        o = self._attend(q_, layer, forward_batch, [1] * len(lens), [n - 1 for n in lens])
+        return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)

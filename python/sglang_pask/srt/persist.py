@@ -1,0 +1,100 @@
+"""Drops at SGLang's eviction point: the same ``methods`` registry the reference runner uses.
+
+Called from the ``ScheduleBatch.maybe_evict_swa`` hook (before a decode batch allocates its next
+slots; overlap scheduling is off with a policy). For each request of the batch, with
+``seq_len = req.kv.kv_committed_len`` (tokens whose KV is written: the prompt and the first
+``k = req.decode_batch_idx`` outputs -- the runner's state at its decode step ``k``; ``k = 0``
+is prefill end):
+
+1. ``retained[u]`` = logical positions whose ``mapping[u, req_to_token[row, pos]] > 0`` (read
+   from the pools: the truth);
+2. if ``method.due(k, slots held, seq_len, L)``: build a :class:`~sglang_pask.methods.CacheView`
+   (``protected_tail = 1``: the newest written token) with the request's classes, call
+   ``method.select`` and drop, per unit, what the unit's first layer did not keep -- only
+   request-owned positions (``>= req.kv.cache_protected_len``; the tree's are never dropped here).
+
+With ``--pask-kept-log DIR`` each compression appends ``{"rid", "step", "seq_len", "kept":
+{unit: positions}}`` to ``DIR/kept-<pid>.jsonl`` (the parity test reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import torch
+
+from sglang_pask.methods.base import CacheView
+from sglang_pask.srt.request_tags import tags_of
+
+logger = logging.getLogger("sglang_pask")
+
+PROTECTED_TAIL = 1
+COUNTERS = {"compressions": 0, "requests_compressed": 0, "errors": 0}
+
+
+def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
+    """Per unit, int64 sorted logical positions held (``full_ids``: ``[seq_len]``)."""
+    m = allocator.pool.mapping[:, full_ids.long()]
+    return [torch.nonzero(row > 0, as_tuple=False).flatten().numpy() for row in m.cpu()]
+
+
+def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool:
+    """Apply the method to one request if due; returns whether it compressed."""
+    seq_len = int(req.kv.kv_committed_len)
+    if seq_len <= PROTECTED_TAIL or req.kv.req_pool_idx is None:
+        return False
+    step = int(req.decode_batch_idx)
+    full_ids = req_to_token[req.kv.req_pool_idx, :seq_len]
+    held = held_positions(allocator, full_ids)
+    units = config.units
+    slots = sum(len(h) * len(u) for h, u in zip(held, units))
+    method = config.method
+    if not method.due(step, slots, seq_len, config.num_layers):
+        return False
+    tags = tags_of(req)
+    retained = [None] * config.num_layers
+    for h, layers in zip(held, units):
+        for layer in layers:
+            retained[layer] = h
+    view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
+                     classes=tags.classes(req, seq_len), retained=retained,
+                     protected_tail=PROTECTED_TAIL, prompt_len=tags.prompt_len)
+    sel = method.select(view)
+    lo = int(req.kv.cache_protected_len)
+    kept_log = {}
+    for u, layers in enumerate(units):
+        kept = np.asarray(sel.kept[layers[0]], dtype=np.int64)
+        for layer in layers[1:]:
+            if not np.array_equal(sel.kept[layer], kept):
+                raise RuntimeError(f"{method.name} kept different sets within unit {list(layers)}")
+        drop = np.setdiff1d(held[u], kept)
+        drop = drop[drop >= lo]
+        if drop.size:
+            allocator.drop(u, full_ids[torch.from_numpy(drop)])
+        kept_log[str(u)] = kept.tolist()
+    COUNTERS["compressions"] += 1
+    if step == 0:
+        COUNTERS["requests_compressed"] += 1
+    if config.kept_log:
+        _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log})
+    return True
+
+
+def compress_batch(batch, allocator, config) -> None:
+    """Every request of a decode batch (errors are logged and counted; serving goes on)."""
+    req_to_token = batch.req_to_token_pool.req_to_token
+    for req in batch.reqs:
+        try:
+            compress_request(req, req_to_token, allocator, config)
+        except Exception as e:
+            COUNTERS["errors"] += 1
+            logger.exception("sglang_pask: compression failed for %s (kept Full KV): %r", req.rid, e)
+
+
+def _log(folder: str, record: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"kept-{os.getpid()}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")

@@ -1,0 +1,153 @@
+"""The hooks that make the server persist KV per unit (active only with a policy).
+
+* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): a :class:`~.pools.PaskKVPool` instead of
+  the MHA pool -- ``--max-total-tokens N`` full ids and, per unit, ``ceil(b * N)`` slots.
+* ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): its
+  :class:`~.pools.PaskAllocator`.
+* ``KVCacheConfigurator.configure`` (AROUND): the scheduler's ``max_total_num_tokens`` becomes
+  the allocator's capacity (what ``available_size()`` reports at idle, so SGLang's own idle
+  leak check holds), and the pool sizes are logged at start-up.
+* ``attention_registry.attn_backend_wrapper`` (AROUND): torch_native -> the PASK torch backend;
+  flashinfer -> the PASK FlashInfer backend (one wrapper per unit); others are refused by name.
+* ``ScheduleBatch.maybe_evict_swa`` (AROUND): after SGLang's own SWA step, the drops
+  (:func:`.persist.compress_batch`) for decode batches.
+* ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
+  counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from sglang_pask.srt.serving import active_config
+
+logger = logging.getLogger("sglang_pask")
+
+_CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+_BUILD_POOL = f"{_CFG}._build_mha_kv_pool"
+_BUILD_ALLOC = f"{_CFG}._build_token_to_kv_pool_allocator"
+_CONFIGURE = f"{_CFG}.configure"
+_ATTN_WRAPPER = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
+_EVICT = "sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa"
+_STATE = ("sglang.srt.managers.scheduler_components.internal_state."
+          "SchedulerInternalStateController._add_memory_usage")
+
+
+def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_pool_class,
+                      quant_method=None):
+    config = active_config()
+    if config is None or getattr(configurator, "is_draft_worker", False):
+        return original(configurator, max_total_num_tokens=max_total_num_tokens,
+                        mha_pool_class=mha_pool_class, quant_method=quant_method)
+    from sglang_pask.srt.pools import PaskKVPool, unit_size_for
+
+    if getattr(configurator, "is_hybrid_swa", False):
+        raise RuntimeError("sglang_pask: sliding-window (hybrid SWA) models are not supported")
+    if quant_method is not None:
+        raise RuntimeError("sglang_pask: quantized KV caches are not supported")
+    # A 1-slot stock pool tells the geometry SGLang would use (heads, dims, dtype, layers).
+    probe = original(configurator, max_total_num_tokens=1, mha_pool_class=mha_pool_class)
+    if probe.start_layer != 0 or probe.layer_num != config.num_layers:
+        raise RuntimeError(f"sglang_pask: the policy has {config.num_layers} layers, the KV pool "
+                           f"{probe.layer_num} from layer {probe.start_layer} (pipeline parallelism "
+                           "is not supported)")
+    pool = PaskKVPool(units=config.units, full_size=max_total_num_tokens,
+                      unit_size=unit_size_for(max_total_num_tokens, config.budget), dtype=probe.dtype,
+                      head_num=probe.head_num, head_dim=probe.head_dim, v_head_dim=probe.v_head_dim,
+                      device=probe.device, num_layers=config.num_layers)
+    del probe
+    return pool
+
+
+def around_build_allocator(original, configurator, *, sizes, token_to_kv_pool, **kwargs):
+    from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
+
+    if not isinstance(token_to_kv_pool, PaskKVPool):
+        return original(configurator, sizes=sizes, token_to_kv_pool=token_to_kv_pool, **kwargs)
+    return PaskAllocator(sizes.max_total_num_tokens, token_to_kv_pool,
+                         device=token_to_kv_pool.device, dtype=configurator.kv_cache_dtype)
+
+
+def around_configure(original, configurator, *args, **kwargs):
+    from sglang_pask.srt.pools import PaskAllocator
+
+    result = original(configurator, *args, **kwargs)
+    alloc = result.token_to_kv_pool_allocator
+    if not isinstance(alloc, PaskAllocator):
+        return result
+    pool = alloc.pool
+    full_bytes = alloc.size * pool.layer_num * pool.bytes_per_token_layer()
+    logger.info("sglang_pask: %s", active_config().describe())
+    logger.info("sglang_pask: KV pools: %d full ids (index only), %d unit(s) x %d slots; KV %.2f MB "
+                "(Full KV for %d tokens: %.2f MB, ratio %.3f) + indices %.2f MB; the scheduler sees "
+                "max_total_num_tokens=%d", alloc.size, len(pool.units), pool.unit_size,
+                pool.kv_bytes_capacity() / 1e6, alloc.size, full_bytes / 1e6,
+                pool.kv_bytes_capacity() / max(full_bytes, 1), pool.index_bytes() / 1e6, alloc.capacity)
+    return msgspec.structs.replace(result, max_total_num_tokens=alloc.capacity)
+
+
+def around_attn_wrapper(original, runner, full_attn_backend):
+    from sglang_pask.srt.pools import PaskKVPool
+
+    backend = original(runner, full_attn_backend)
+    if not isinstance(getattr(runner, "token_to_kv_pool", None), PaskKVPool):
+        return backend
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    if type(backend) is TorchNativeAttnBackend:
+        from sglang_pask.srt.attention import PaskTorchNativeAttnBackend
+
+        return PaskTorchNativeAttnBackend(runner)
+    if type(backend).__name__ == "FlashInferAttnBackend":
+        from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
+
+        return PaskFlashInferAttnBackend(runner)
+    raise RuntimeError(f"sglang_pask: attention backend {type(backend).__name__} cannot read per-unit "
+                       "KV pools; use --attention-backend torch_native (CPU) or flashinfer (GPU)")
+
+
+def around_evict(original, batch):
+    result = original(batch)
+    from sglang_pask.srt.pools import PaskAllocator
+
+    alloc = batch.token_to_kv_pool_allocator
+    if isinstance(alloc, PaskAllocator) and batch.forward_mode is not None and batch.forward_mode.is_decode():
+        from sglang_pask.srt.persist import compress_batch
+
+        compress_batch(batch, alloc, active_config())
+    return result
+
+
+def pask_state(scheduler) -> dict:
+    from sglang_pask.srt import persist, request_tags
+    from sglang_pask.srt.pools import PaskAllocator
+
+    alloc = scheduler.token_to_kv_pool_allocator
+    config = active_config()
+    out = {"method": config.method.record() if config else None,
+           "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS)}
+    if config is not None and config.method.name == "pask":
+        out["method"].pop("policy", None)
+    if isinstance(alloc, PaskAllocator):
+        out["pools"] = alloc.stats()
+    return out
+
+
+def after_memory_usage(_result, controller, state) -> None:
+    try:
+        state["pask"] = pask_state(controller.scheduler)
+    except Exception as e:  # never break /server_info
+        state["pask"] = {"error": repr(e)}
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(_BUILD_POOL, around_build_pool, HookType.AROUND)
+    HookRegistry.register(_BUILD_ALLOC, around_build_allocator, HookType.AROUND)
+    HookRegistry.register(_CONFIGURE, around_configure, HookType.AROUND)
+    HookRegistry.register(_ATTN_WRAPPER, around_attn_wrapper, HookType.AROUND)
+    HookRegistry.register(_EVICT, around_evict, HookType.AROUND)
+    HookRegistry.register(_STATE, after_memory_usage, HookType.AFTER)

@@ -1,0 +1,218 @@
+"""Per-unit KV sub-pools behind one canonical "full" index space (mirrors SGLang's SWA pools).
+
+* **Full ids** (``req_to_token``, ``out_cache_loc``, the radix tree) stay canonical, but hold no
+  KV bytes: they are an index space of ``full_size`` slots managed by :class:`PaskAllocator`
+  (a ``TokenToKVPoolAllocator``, page size 1).
+* **Units** (:mod:`.serving`): each unit ``u`` (consecutive layers) has its own
+  ``MHATokenToKVPool`` of ``unit_size`` slots x ``len(u)`` layers, and a row of the mapping
+  ``mapping[u, full] -> unit slot`` (0: not held in that unit; slot 0 is SGLang's padding slot).
+* **Alloc** gives every new token a slot in every unit; **drop** (:meth:`PaskAllocator.drop`)
+  frees a token's slot in one unit and zeroes its mapping; **free** releases the unit slots still
+  mapped, then the full id.
+
+Invariants (tested): for every unit, ``mapping[u]`` is injective on its non-zero entries;
+``available_size() == min(full available, min over units of unit available)``; at idle every
+unit allocator is back at ``unit_size`` and the full allocator at ``full_size``. KV bytes held
+= the sum over units of (slots in use x ``len(u)`` layers x per-token-layer bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.memory_pool import KVCache, MHATokenToKVPool, unwrap_write_loc
+
+
+class PaskKVPool(KVCache):
+    """The KV buffers: one ``MHATokenToKVPool`` per unit, addressed through ``mapping``.
+
+    ``get_key_buffer(layer_id)`` returns the unit buffer ``[unit_size + 1, heads, head_dim]``,
+    indexed by **unit** slots (``mapping[unit_of[layer_id]][full_ids]``), never by full ids.
+    """
+
+    def __init__(self, *, units: Sequence[Sequence[int]], full_size: int, unit_size: int,
+                 dtype: torch.dtype, head_num: int, head_dim: int, v_head_dim: Optional[int],
+                 device: str, num_layers: int):
+        super().__init__(full_size, 1, dtype, num_layers, device, False)
+        self.units = [list(u) for u in units]
+        self.unit_of = [0] * num_layers
+        self.local = [0] * num_layers
+        for u, layers in enumerate(self.units):
+            for i, layer in enumerate(layers):
+                self.unit_of[layer], self.local[layer] = u, i
+        self.unit_size = int(unit_size)
+        self.head_num, self.head_dim = head_num, head_dim
+        self.v_head_dim = v_head_dim if v_head_dim is not None else head_dim
+        self.pools = [
+            MHATokenToKVPool(self.unit_size, page_size=1, dtype=dtype, head_num=head_num,
+                             head_dim=head_dim, v_head_dim=self.v_head_dim, layer_num=len(layers),
+                             device=device, enable_memory_saver=False, start_layer=0,
+                             enable_alt_stream=False)
+            for layers in self.units
+        ]
+        # int64 [U, full_size + 2]: unit slot of each full id (0: not held); the last column is
+        # a sentinel so that padded ids (== full_size + 1) map to the padding slot.
+        self.mapping = torch.zeros((len(self.units), full_size + 2), dtype=torch.int64, device=device)
+        self.mem_usage = self.kv_bytes_capacity() / (1 << 30)
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def bytes_per_token_layer(self) -> int:
+        itemsize = torch.empty((), dtype=self.store_dtype).element_size()
+        return self.head_num * (self.head_dim + self.v_head_dim) * itemsize
+
+    def kv_bytes_capacity(self) -> int:
+        """Bytes of all unit buffers (what the pools hold, allocated at start)."""
+        return sum(self.unit_size * len(u) for u in self.units) * self.bytes_per_token_layer()
+
+    def index_bytes(self) -> int:
+        return self.mapping.numel() * self.mapping.element_size()
+
+    def get_kv_size_bytes(self):
+        k = sum(self.unit_size * len(u) for u in self.units) * self.head_num * self.head_dim
+        v = sum(self.unit_size * len(u) for u in self.units) * self.head_num * self.v_head_dim
+        itemsize = torch.empty((), dtype=self.store_dtype).element_size()
+        return k * itemsize, v * itemsize
+
+    # -- buffers -------------------------------------------------------------------------------
+    def _pool(self, layer_id: int) -> tuple[MHATokenToKVPool, int]:
+        return self.pools[self.unit_of[layer_id]], self.local[layer_id]
+
+    def get_key_buffer(self, layer_id: int):
+        pool, local = self._pool(layer_id)
+        return pool.get_key_buffer(local)
+
+    def get_value_buffer(self, layer_id: int):
+        pool, local = self._pool(layer_id)
+        return pool.get_value_buffer(local)
+
+    def get_kv_buffer(self, layer_id: int):
+        pool, local = self._pool(layer_id)
+        return pool.get_kv_buffer(local)
+
+    def translate(self, unit: int, full_ids: torch.Tensor) -> torch.Tensor:
+        """Unit slots of ``full_ids`` (0 where the unit does not hold the token)."""
+        return self.mapping[unit, full_ids.long()]
+
+    def set_kv_buffer(self, layer, loc_info, cache_k, cache_v, k_scale=None, v_scale=None,
+                      layer_id_override=None, dcp_kv_mask=None):
+        if dcp_kv_mask is not None:
+            raise RuntimeError("sglang_pask: decode context parallelism is not supported")
+        loc, _, _ = unwrap_write_loc(loc_info)
+        layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
+        pool, local = self._pool(layer_id)
+        slots = self.translate(self.unit_of[layer_id], loc)
+        pool.set_kv_buffer(None, slots, cache_k, cache_v, k_scale, v_scale, layer_id_override=local)
+
+
+class PaskAllocator(TokenToKVPoolAllocator):
+    """Full ids (this allocator's own free list) plus one slot allocator per unit."""
+
+    def __init__(self, full_size: int, kvcache: PaskKVPool, device: str, dtype: torch.dtype):
+        self.units = [TokenToKVPoolAllocator(kvcache.unit_size, dtype=dtype, device=device,
+                                             kvcache=p, need_sort=False) for p in kvcache.pools]
+        super().__init__(full_size, dtype=dtype, device=device, kvcache=kvcache, need_sort=False)
+        self.pool = kvcache
+        self.dropped_total = 0  # unit slots freed by drops since start (a counter for tests)
+
+    def clear(self):
+        super().clear()
+        for a in getattr(self, "units", ()):
+            a.clear()
+        if hasattr(self, "pool"):
+            self.pool.mapping.zero_()
+
+    # -- capacity ------------------------------------------------------------------------------
+    def full_available_size(self) -> int:
+        return super().available_size()
+
+    def unit_available_sizes(self) -> list[int]:
+        return [a.available_size() for a in self.units]
+
+    def available_size(self):
+        """What the scheduler may still place: a new token needs a full id and a slot in every
+        unit, so the tightest of them."""
+        return min(self.full_available_size(), *self.unit_available_sizes())
+
+    @property
+    def capacity(self) -> int:
+        """``available_size()`` at idle: the scheduler's ``max_total_num_tokens``."""
+        return min(self.size, self.pool.unit_size)
+
+    # -- alloc / free / drop ---------------------------------------------------------------------
+    def alloc(self, need_size: int):
+        if need_size > self.available_size():
+            return None
+        full = super().alloc(need_size)
+        if full is None:
+            return None
+        for u, a in enumerate(self.units):
+            slots = a.alloc(need_size)
+            assert slots is not None, "unit pool smaller than available_size() said"
+            self.pool.mapping[u, full] = slots
+        return full
+
+    def free(self, free_index: torch.Tensor):
+        if free_index.numel() == 0:
+            return
+        if self.free_group is not None:
+            self.free_group.append(self._copy_for_free_group(free_index))
+            return
+        idx = free_index.long()
+        for u, a in enumerate(self.units):
+            slots = self.pool.mapping[u, idx]
+            held = slots[slots > 0]
+            if held.numel():
+                a.free(held)
+            self.pool.mapping[u, idx] = 0
+        super().free(free_index)
+
+    def drop(self, unit: int, full_ids: torch.Tensor) -> int:
+        """Free the slots of ``full_ids`` in ``unit`` (already-dropped ids are skipped); the full
+        ids stay live. Returns how many slots were freed."""
+        if full_ids.numel() == 0:
+            return 0
+        idx = full_ids.long()
+        slots = self.pool.mapping[unit, idx]
+        held = slots > 0
+        n = int(held.sum())
+        if n:
+            self.units[unit].free(slots[held])
+            self.pool.mapping[unit, idx[held]] = 0
+            self.dropped_total += n
+        return n
+
+    # -- accounting ------------------------------------------------------------------------------
+    def unit_slots_in_use(self) -> list[int]:
+        return [self.pool.unit_size - a.available_size() for a in self.units]
+
+    def kv_bytes_in_use(self) -> int:
+        per = self.pool.bytes_per_token_layer()
+        return sum(n * len(u) for n, u in zip(self.unit_slots_in_use(), self.pool.units)) * per
+
+    def stats(self) -> dict:
+        """JSON-ready counters (``/server_info`` -> ``internal_states[0]["pask"]["pools"]``)."""
+        return {
+            "full_size": int(self.size), "full_available": int(self.full_available_size()),
+            "unit_size": int(self.pool.unit_size), "units": [list(u) for u in self.pool.units],
+            "unit_available": [int(x) for x in self.unit_available_sizes()],
+            "kv_bytes_capacity": int(self.pool.kv_bytes_capacity()),
+            "kv_bytes_in_use": int(self.kv_bytes_in_use()),
+            "index_bytes": int(self.pool.index_bytes()),
+            "bytes_per_token_layer": int(self.pool.bytes_per_token_layer()),
+            "dropped_total": int(self.dropped_total),
+        }
+
+    def debug_print(self) -> str:
+        return (f"#pask-full-available: {self.full_available_size()}, "
+                f"#pask-unit-available: {self.unit_available_sizes()}")
+
+
+def unit_size_for(full_size: int, budget: float) -> int:
+    """Slots per unit for a server started with ``--max-total-tokens full_size`` at budget ``b``:
+    ``ceil(b * full_size)`` (about b x N tokens per unit)."""
+    import math
+
+    return max(1, int(math.ceil(budget * full_size - 1e-9)))

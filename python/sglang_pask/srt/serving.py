@@ -1,0 +1,126 @@
+"""What the server persists: the KV method, its budget and schedule, and the layer units that get
+their own KV sub-pool -- resolved once per process from the launcher's flags.
+
+Flags (added by :mod:`.plugin`, carried to the scheduler through environment variables, like
+``--pask-policy``):
+
+* ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
+  statistics (``pask``, ``streaming``, ``random``, ``full``); SnapKV, PyramidKV and H2O need
+  attention statistics the server does not compute and are refused by name.
+* ``--pask-budget B`` (default: the policy's budget), ``--pask-schedule S`` (default: the
+  method's, as ``pask eval --backend hf``), ``--pask-interval N`` (decode steps between budget
+  checks under ``continuous``).
+
+Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
+per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
+keep a different set in every layer gets one unit per layer. Each unit has one sub-pool and one
+full->unit slot mapping (:mod:`.pools`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from sglang_pask.methods import METHODS, KVMethod, make_method
+
+ENV_METHOD = "SGLANG_PASK_METHOD"
+ENV_BUDGET = "SGLANG_PASK_BUDGET"
+ENV_SCHEDULE = "SGLANG_PASK_SCHEDULE"
+ENV_INTERVAL = "SGLANG_PASK_INTERVAL"
+ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
+
+DEFAULT_METHOD = "pask"
+
+
+def server_methods() -> list[str]:
+    """Registry names the server can run (no attention statistics needed)."""
+    return [name for name, cls in METHODS.items() if cls.needs_attention is None]
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    policy_path: str
+    method: KVMethod
+    #: layer units, each a list of consecutive layer ids (one sub-pool each)
+    units: tuple[tuple[int, ...], ...]
+    #: the policy's layer groups (what a per-group method decides over)
+    groups: tuple[tuple[int, ...], ...]
+    num_layers: int
+    kept_log: Optional[str] = None
+
+    @property
+    def budget(self) -> float:
+        return self.method.budget
+
+    def unit_of_layer(self) -> list[int]:
+        out = [0] * self.num_layers
+        for u, layers in enumerate(self.units):
+            for layer in layers:
+                out[layer] = u
+        return out
+
+    def describe(self) -> str:
+        return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
+                f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
+                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}")
+
+
+def build_config(policy_path: str, method: Optional[str] = None, budget: Optional[float] = None,
+                 schedule: Optional[str] = None, interval: Optional[int] = None,
+                 kept_log: Optional[str] = None, model_dir: Optional[str] = None) -> ServingConfig:
+    """The serving configuration; raises ValueError naming the bad flag or field."""
+    from sglang_pask.policy import load_policy
+
+    policy = load_policy(policy_path, model_dir=model_dir)
+    name = method or DEFAULT_METHOD
+    if name not in METHODS:
+        raise ValueError(f"--pask-method: unknown method {name!r} (the server runs: "
+                         f"{', '.join(server_methods())})")
+    if METHODS[name].needs_attention is not None:
+        raise ValueError(f"--pask-method: {name!r} needs attention statistics "
+                         f"({METHODS[name].needs_attention}) that the server does not compute; "
+                         f"the server runs: {', '.join(server_methods())} (use `pask eval --backend "
+                         f"hf` for {name})")
+    if budget is not None and not 0.0 < budget <= 1.0:
+        raise ValueError(f"--pask-budget must be in (0, 1], got {budget:g}")
+    options = {}
+    if schedule is not None:
+        options["schedule"] = schedule
+    if interval is not None:
+        options["interval"] = interval
+    if name == "pask":
+        kv = make_method(name, budget, policy=policy, **options)
+    else:
+        kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),
+                         **options)
+    groups = tuple(tuple(g) for g in policy.groups)
+    num_layers = sum(len(g) for g in groups)
+    units = groups if kv.per_group else tuple((layer,) for layer in range(num_layers))
+    return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
+                         num_layers=num_layers, kept_log=kept_log)
+
+
+def _env_float(name: str) -> Optional[float]:
+    v = os.environ.get(name)
+    return float(v) if v else None
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name)
+    return int(v) if v else None
+
+
+@lru_cache(maxsize=1)
+def active_config() -> Optional[ServingConfig]:
+    """This process's configuration from the environment the launcher set (None: PASK off)."""
+    from sglang_pask.srt.plugin import ENV_POLICY
+
+    path = os.environ.get(ENV_POLICY)
+    if not path:
+        return None
+    return build_config(path, method=os.environ.get(ENV_METHOD) or None, budget=_env_float(ENV_BUDGET),
+                        schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
+                        kept_log=os.environ.get(ENV_KEPT_LOG) or None)
