@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import deque
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ logger = logging.getLogger("sglang_pask")
 
 PROTECTED_TAIL = 1
 COUNTERS = {"compressions": 0, "requests_compressed": 0, "errors": 0}
+#: the last released requests (newest last): what each held per unit when its KV was freed
+RELEASED: "deque[dict]" = deque(maxlen=256)
 
 
 def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
@@ -98,3 +101,21 @@ def _log(folder: str, record: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"kept-{os.getpid()}.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def record_release(req, req_to_token: torch.Tensor, allocator) -> None:
+    """Append ``{"rid", "seq_len", "unit_slots", "kv_bytes", "full_kv_bytes"}`` to
+    :data:`RELEASED`: the unit slots the request's row still maps (read from the pools),
+    their bytes, and the bytes Full KV would hold for ``seq_len`` tokens."""
+    row = req.kv.req_pool_idx
+    seq_len = int(req.kv.kv_committed_len)
+    if row is None or seq_len <= 0:
+        return
+    full_ids = req_to_token[row, :seq_len].long()
+    slots = [int(n) for n in (allocator.pool.mapping[:, full_ids] > 0).sum(dim=1).tolist()]
+    per = allocator.pool.bytes_per_token_layer()
+    units = allocator.pool.units
+    RELEASED.append({"rid": req.rid, "seq_len": seq_len, "unit_slots": slots,
+                     "kv_bytes": sum(n * len(u) for n, u in zip(slots, units)) * per,
+                     "full_kv_bytes": seq_len * sum(len(u) for u in units) * per,
+                     "finished": bool(req.finished())})

@@ -11,6 +11,8 @@
   flashinfer -> the PASK FlashInfer backend (one wrapper per unit); others are refused by name.
 * ``ScheduleBatch.maybe_evict_swa`` (AROUND): after SGLang's own SWA step, the drops
   (:func:`.persist.compress_batch`) for decode batches.
+* ``mem_cache.common.release_kv_cache`` (AROUND): before a request's KV is freed, what it holds
+  per unit is recorded (:func:`.persist.record_release`).
 * ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
   counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
 """
@@ -31,6 +33,7 @@ _BUILD_ALLOC = f"{_CFG}._build_token_to_kv_pool_allocator"
 _CONFIGURE = f"{_CFG}.configure"
 _ATTN_WRAPPER = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
 _EVICT = "sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa"
+_RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
 _STATE = ("sglang.srt.managers.scheduler_components.internal_state."
           "SchedulerInternalStateController._add_memory_usage")
 
@@ -120,6 +123,21 @@ def around_evict(original, batch):
     return result
 
 
+def around_release(original, req, *args, **kwargs):
+    """Record what a request holds just before its KV is released (:data:`.persist.RELEASED`)."""
+    try:
+        from sglang_pask.srt.persist import record_release
+        from sglang_pask.srt.pools import PaskAllocator
+
+        tree = kwargs.get("tree_cache", args[0] if args else None)
+        alloc = getattr(tree, "token_to_kv_pool_allocator", None)
+        if isinstance(alloc, PaskAllocator):
+            record_release(req, tree.req_to_token_pool.req_to_token, alloc)
+    except Exception as e:  # accounting must never break serving
+        logger.warning("sglang_pask: release record failed for %s: %r", getattr(req, "rid", "?"), e)
+    return original(req, *args, **kwargs)
+
+
 def pask_state(scheduler) -> dict:
     from sglang_pask.srt import persist, request_tags
     from sglang_pask.srt.pools import PaskAllocator
@@ -127,7 +145,8 @@ def pask_state(scheduler) -> dict:
     alloc = scheduler.token_to_kv_pool_allocator
     config = active_config()
     out = {"method": config.method.record() if config else None,
-           "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS)}
+           "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
+           "released": list(persist.RELEASED)}
     if config is not None and config.method.name == "pask":
         out["method"].pop("policy", None)
     if isinstance(alloc, PaskAllocator):
@@ -151,3 +170,4 @@ def register_hooks() -> None:
     HookRegistry.register(_ATTN_WRAPPER, around_attn_wrapper, HookType.AROUND)
     HookRegistry.register(_EVICT, around_evict, HookType.AROUND)
     HookRegistry.register(_STATE, after_memory_usage, HookType.AFTER)
+    HookRegistry.register(_RELEASE, around_release, HookType.AROUND)

@@ -1,0 +1,125 @@
+"""Parity of the SGLang server's KV persistence with the reference runner (the oracle).
+
+For N synthetic entries (constrained, greedy, radix cache off -- the plugin turns it off with a
+policy), one server with ``--pask-policy P --pask-budget B --pask-schedule S --pask-interval I
+--pask-kept-log --pask-tag-log`` answers every request through the openai client (sequentially);
+then the reference runner (``grammar="sglang"``) generates for the same bodies at the same
+method, budget, schedule and interval. Per request: identical kept positions per unit at every
+compression point, identical generated tokens (:mod:`sglang_pask.eval.parity`).
+
+    .venv/bin/python bench/server_parity.py --n 100 --budgets 0.5,0.33,0.2 \
+        --out bench/results/pask-tiny-fc-server-parity-n100
+
+Writes ``report.md``, ``results.json`` (per budget: summary and per-request rows) and
+``meta.json`` (command, commit, date, wall times) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import openai
+
+from sglang_pask.eval.data import load_spec
+from sglang_pask.eval.harness import Settings, build_request
+from sglang_pask.eval.hf_backend import runner_body
+from sglang_pask.eval.parity import compare, runner_trace, server_traces, summarize
+from sglang_pask.testing import running_server
+
+
+def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir):
+    kept, tags = os.path.join(workdir, "kept"), os.path.join(workdir, "tags")
+    args = ["--pask-policy", policy, "--pask-method", method, "--pask-budget", str(budget),
+            "--pask-schedule", schedule, "--pask-interval", str(interval),
+            "--pask-kept-log", kept, "--pask-tag-log", tags, "--log-level", "warning"]
+    with running_server(model, args) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none")
+        for body in bodies:
+            client.chat.completions.create(model="default", max_tokens=max_tokens, temperature=0,
+                                           **body)
+        time.sleep(1.0)  # the scheduler writes the output record when the KV is released
+    return server_traces(kept, tags)
+
+
+def openai_kwargs(body: dict) -> dict:
+    return {"messages": body["messages"], "tools": body["tools"], "tool_choice": body["tool_choice"],
+            "extra_body": {"chat_template_kwargs": body["chat_template_kwargs"]}}
+
+
+def run_budget(a, budget, entries):
+    from sglang_pask.hf import Runner
+
+    settings = Settings(max_tokens=a.max_tokens, tool_choice=a.tool_choice)
+    bodies = [runner_body(build_request(e, settings)[0]) for e in entries]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pask-parity-") as d:
+        served = server_side(a.model, a.policy, budget, a.schedule, a.interval,
+                             [openai_kwargs(b) for b in bodies], a.max_tokens, a.method, d)
+    t_server = time.perf_counter() - t0
+    runner = Runner(a.model, method=a.method, budget=budget, policy=a.policy, grammar="sglang",
+                    method_options={"schedule": a.schedule, "interval": a.interval})
+    units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
+    rows = []
+    for e, body in zip(entries, bodies):
+        ref = runner_trace(runner, body, units, a.max_tokens)
+        got = served.get(tuple(ref["prompt_ids"]))
+        if got is None:
+            rows.append({"id": e.id, "tokens_equal": False, "kept_equal": False, "compressions": 0,
+                         "first_diff": None, "missing": True})
+            continue
+        rows.append({"id": e.id, **compare(got, ref)})
+    return {"budget": budget, "summary": summarize(rows), "rows": rows,
+            "wall_s": {"server": round(t_server, 1), "runner": round(time.perf_counter() - t0 - t_server, 1)}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="models/pask-tiny-fc")
+    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--method", default="pask")
+    p.add_argument("--data", default=None, help="default synthetic:eval:N:tiny")
+    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--budgets", default="0.5,0.33,0.2")
+    p.add_argument("--schedule", default="continuous")
+    p.add_argument("--interval", type=int, default=1)
+    p.add_argument("--tool-choice", default="required")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    entries = load_spec(a.data or f"synthetic:eval:{a.n}:tiny")
+    t0 = time.time()
+    results = [run_budget(a, float(b), entries) for b in a.budgets.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    lines = [f"# Server vs reference runner: {a.method}, schedule {a.schedule}, interval {a.interval}",
+             "", f"{len(entries)} entries of `{a.data or f'synthetic:eval:{a.n}:tiny'}`, tool_choice="
+             f"{a.tool_choice}, max_tokens {a.max_tokens}, greedy, radix cache off.", "",
+             "| budget | requests | identical kept positions (every compression) | identical tokens | "
+             "compressions compared |", "|---:|---:|---:|---:|---:|"]
+    for r in results:
+        s = r["summary"]
+        lines.append(f"| {r['budget']:g} | {s['requests']} | {s['kept_identical']} ({s['kept_identical_pct']}%) | "
+                     f"{s['tokens_identical']} ({s['tokens_identical_pct']}%) | {s['compressions_compared']} |")
+    with open(os.path.join(a.out, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(a.out, "meta.json"), "w") as f:
+        json.dump({"command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "commit": commit,
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                   "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+                   "wall_s": round(time.time() - t0, 1),
+                   "per_budget_wall_s": {str(r["budget"]): r["wall_s"] for r in results}}, f, indent=1)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
