@@ -1,0 +1,429 @@
+"""FlashInfer attention over per-unit KV sub-pools (GPU serving; the CPU reference is
+:class:`.attention.PaskTorchNativeAttnBackend`).
+
+SGLang's sliding-window FlashInfer path keeps two "KV views" (two wrappers, each planned with
+its own ``kv_indptr``/``kv_indices``) and picks one per layer. This backend generalises that to
+``U`` views, one per unit of :class:`.pools.PaskKVPool`:
+
+* **Index streams** (:func:`build_unit_indices`, once per forward): for unit ``u`` and request
+  ``i`` (row ``r_i = req_pool_indices[i]``, length ``n_i``), the keys are the *held* unit slots
+  ``m = mapping[u, req_to_token[r_i, :n_i]]``, ``m > 0``, in logical (position) order. They are
+  concatenated into ``kv_indices_u`` (int32 ``[nnz_u]``) with ``kv_indptr_u`` (int32 ``[bs+1]``).
+  FlashInfer sees page size 1, so a "page" is one unit slot and ``kv_last_page_len`` is all ones.
+* **Wrappers**: one ``BatchDecodeWithPagedKVCacheWrapper`` and one
+  ``BatchPrefillWithPagedKVCacheWrapper`` per unit, one shared ``BatchPrefillWithRaggedKVCache
+  Wrapper``; all share SGLang's FlashInfer float workspace (each wrapper has its own int
+  workspace, so plans do not clobber one another). Layer ``l`` uses the wrappers of unit
+  ``pool.unit_of[l]`` and reads ``pool.get_kv_buffer(l)`` (the unit buffer, unit-slot indexed).
+* **Writes** go through :meth:`.pools.PaskKVPool.set_kv_buffer` with the batch's full ids
+  (``out_cache_loc``); the pool translates them to unit slots.
+
+Decode: the new token is allocated (mapped in every unit) and written before attention, and
+drops never touch a request's last token, so every row has ``>= 1`` key and all held keys precede
+or equal the query: plain (non-causal) paged decode over ``kv_indices_u`` with ``seq_lens`` rows.
+
+Extend (also MIXED, chunked prefill): the new tokens are always held; the prefix may be sparse.
+Causality is by logical position, which FlashInfer's causal mask over a compacted key list would
+get wrong, so each layer computes
+
+    paged attention over the held *prefix* slots (non-causal: every prefix key precedes every
+    new query) + ragged causal attention over the new tokens' own K/V,
+
+merged by log-sum-exp (FlashInfer ``merge_state``, base-2 LSE). A unit with no held prefix in
+the whole batch skips the paged part. K/V are written after attention (as SGLang's ragged path).
+
+RoPE is already applied to K, so dropping keys never moves a position.
+
+Not supported (refused with a clear error): CUDA graphs (pass ``--disable-cuda-graph``),
+speculative decoding and other forward modes than EXTEND/MIXED/DECODE/IDLE, sliding-window,
+cross-attention/encoder-decoder, encoder-only and multimodal models, multi-item scoring,
+attention logit soft-capping, ``head_dim != v_head_dim``.
+
+The index streams are a snapshot of ``mapping`` taken when the forward is planned
+(:meth:`PaskFlashInferAttnBackend.init_forward_metadata`); drops must not free slots that an
+in-flight forward still reads.
+
+FlashInfer is imported lazily in :class:`PaskFlashInferAttnBackend`, so this module imports
+without it. On CPU (``test/test_srt_flashinfer_indices.py``) only the pure-torch parts and the
+planning/dispatch glue (against a torch stand-in for the wrappers) are tested; the kernels are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+_CUDA_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend re-plans its per-unit KV indices on the host "
+                   "every forward and cannot run under CUDA graphs; start the server with "
+                   "--disable-cuda-graph")
+
+# FlashInfer's merge_state CUDA kernel launches (head_dim / vec, num_heads) threads per block.
+_MAX_THREADS_PER_BLOCK = 1024
+
+
+def build_unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+                       seq_lens: torch.Tensor, *,
+                       seq_lens_sum: Optional[int] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-unit FlashInfer index streams over the held slots of each request (pure torch).
+
+    Args:
+        mapping: int64 ``[U, full_size + 2]``; ``mapping[u, full_id]`` is the unit slot (0: not
+            held in unit ``u``; slot 0 is the padding slot and never a key).
+        req_to_token: int ``[req_pool_size, max_context_len]``, full ids per request row.
+        req_pool_indices: int ``[bs]``, the row of each request.
+        seq_lens: int ``[bs]`` (>= 0), how many leading tokens of each row to consider (decode:
+            the sequence lengths, the new token included; extend: the prefix lengths).
+        seq_lens_sum: ``sum(seq_lens)`` when the caller knows it on the host (saves a sync).
+
+    All tensors live on one device; the result is on ``mapping.device``.
+
+    Returns:
+        ``U`` pairs ``(kv_indptr, kv_indices)``: int32 ``[bs + 1]`` and int32 ``[nnz_u]``.
+        Invariants: ``kv_indptr[0] == 0``; ``kv_indptr`` is non-decreasing with
+        ``kv_indptr[i+1] - kv_indptr[i] <= seq_lens[i]``; ``kv_indices[kv_indptr[i]:kv_indptr[i+1]]``
+        equals ``mapping[u, req_to_token[r_i, :seq_lens[i]]]`` with the zeros removed, in logical
+        order (the slots of :func:`.attention.held_slots`); every entry is ``> 0``.
+    """
+    device = mapping.device
+    num_units = int(mapping.shape[0])
+    bs = int(seq_lens.shape[0])
+    lens = seq_lens.to(device=device, dtype=torch.int64)
+    total = int(lens.sum()) if seq_lens_sum is None else int(seq_lens_sum)
+    if bs == 0 or total == 0:
+        return [(torch.zeros(bs + 1, dtype=torch.int32, device=device),
+                 torch.zeros(0, dtype=torch.int32, device=device)) for _ in range(num_units)]
+    rows = req_pool_indices.to(device=device, dtype=torch.int64)
+    # One flat stream of the considered tokens: seg[t] = its request, pos[t] = its position.
+    seg = torch.repeat_interleave(torch.arange(bs, device=device), lens, output_size=total)
+    starts = torch.cumsum(lens, dim=0) - lens
+    pos = torch.arange(total, device=device, dtype=torch.int64) - starts[seg]
+    full_ids = req_to_token[rows[seg], pos].to(torch.int64)
+    out = []
+    for u in range(num_units):
+        slots = mapping[u].index_select(0, full_ids)
+        held = slots > 0
+        counts = torch.zeros(bs, dtype=torch.int64, device=device).index_add_(0, seg, held.to(torch.int64))
+        kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=device)
+        kv_indptr[1:] = torch.cumsum(counts, dim=0)
+        out.append((kv_indptr, slots[held].to(torch.int32)))
+    return out
+
+
+def merge_lse_states(o_a: torch.Tensor, s_a: torch.Tensor, o_b: torch.Tensor,
+                     s_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over the union of two disjoint key sets from the two partial results (pure torch;
+    the fallback for FlashInfer's ``merge_state`` when its kernel cannot launch).
+
+    ``o_*``: ``[n, heads, d]``; ``s_*``: float32 ``[n, heads]``, base-2 log-sum-exp of the scaled
+    logits (FlashInfer's convention); ``-inf`` marks an empty key set (its ``o`` is ignored).
+    Returns ``(o [n, heads, d] in o_a's dtype, s float32 [n, heads])``.
+    """
+    s_a, s_b = s_a.float(), s_b.float()
+    s_max = torch.maximum(s_a, s_b)
+    s_max = torch.where(torch.isneginf(s_max), torch.zeros_like(s_max), s_max)
+    w_a, w_b = torch.exp2(s_a - s_max), torch.exp2(s_b - s_max)
+    total = w_a + w_b
+    denom = torch.where(total > 0, total, torch.ones_like(total))
+    part_a = torch.where((w_a > 0)[..., None], o_a.float() * (w_a / denom)[..., None], 0.0)
+    part_b = torch.where((w_b > 0)[..., None], o_b.float() * (w_b / denom)[..., None], 0.0)
+    return (part_a + part_b).to(o_a.dtype), torch.log2(total) + s_max
+
+
+def _merge_state_fits(num_heads: int, head_dim: int, element_size: int) -> bool:
+    """Whether FlashInfer's merge_state kernel fits in one block (its vector width rule)."""
+    vec = max(16 // element_size, head_dim // 32)
+    return num_heads * max(head_dim // vec, 1) <= _MAX_THREADS_PER_BLOCK
+
+
+def _cuda_graphs_requested() -> bool:
+    """True when SGLang's published CUDA-graph config enables a phase (False if unpublished)."""
+    try:
+        from sglang.srt.model_executor.cuda_graph_config import Backend, Phase
+        from sglang.srt.runtime_context import get_exec
+
+        cfg = get_exec().graph.cuda_graph_config
+    except Exception:
+        return False
+    if cfg is None:
+        return False
+    return any(getattr(getattr(cfg, p, None), "backend", Backend.DISABLED) != Backend.DISABLED for p in Phase.ALL)
+
+
+@dataclass
+class PaskFlashInferMetadata:
+    """What :meth:`PaskFlashInferAttnBackend.init_forward_metadata` planned for this forward.
+
+    ``decode``: decode wrappers planned (else ragged + per-unit prefix wrappers); ``unit_nnz[u]``:
+    keys planned in unit ``u`` (decode: all held keys; extend: held prefix keys);
+    ``has_prefix[u]`` (extend): unit ``u``'s paged prefix wrapper was planned (``unit_nnz > 0``).
+    """
+
+    decode: bool
+    unit_nnz: list[int]
+    has_prefix: list[bool]
+
+
+class PaskFlashInferAttnBackend(AttentionBackend):
+    """FlashInfer over the held slots of each unit: one decode and one paged-prefill wrapper per
+    unit, one ragged wrapper, planned once per forward (see the module docstring)."""
+
+    def __init__(self, model_runner):
+        super().__init__()
+        try:
+            from flashinfer import (
+                BatchDecodeWithPagedKVCacheWrapper,
+                BatchPrefillWithPagedKVCacheWrapper,
+                BatchPrefillWithRaggedKVCacheWrapper,
+            )
+            from flashinfer.cascade import merge_state
+        except ImportError as e:
+            raise RuntimeError("sglang_pask: --attention-backend flashinfer needs the flashinfer package "
+                               "(not importable here); use --attention-backend torch_native on CPU") from e
+        from sglang.srt.environ import envs
+        from sglang.srt.runtime_context import get_buffer, get_parallel
+
+        from sglang_pask.srt.pools import PaskKVPool
+
+        pool = model_runner.token_to_kv_pool
+        if not isinstance(pool, PaskKVPool):
+            raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend needs a PaskKVPool, got "
+                               f"{type(pool).__name__}")
+        self._refuse_unsupported(model_runner)
+        if _cuda_graphs_requested():
+            raise RuntimeError(_CUDA_GRAPH_MSG)
+
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.token_to_kv_pool = pool
+        self.pool: PaskKVPool = pool
+        self.kv_index_translator = getattr(model_runner, "kv_index_translator", None)
+        self.device = model_runner.device
+
+        cfg = model_runner.model_config
+        par = get_parallel()
+        tp, dcp = par.attn_tp_size, getattr(par, "attn_dcp_size", 1)
+        # Plan with the largest per-layer query head count (FlashInfer bakes it into the plan).
+        max_heads = (cfg.get_max_num_attention_heads() if hasattr(cfg, "get_max_num_attention_heads")
+                     else cfg.num_attention_heads)
+        self.num_qo_heads = max_heads // tp
+        self.num_kv_heads = cfg.get_num_kv_heads(tp, dcp)
+        self.head_dim = cfg.head_dim
+        if pool.head_dim != self.head_dim or pool.v_head_dim != self.head_dim:
+            raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend needs head_dim == v_head_dim == the "
+                               f"pool's (model {self.head_dim}, pool {pool.head_dim}/{pool.v_head_dim})")
+        if pool.head_num != self.num_kv_heads:
+            raise RuntimeError(f"sglang_pask: the KV pool has {pool.head_num} heads per rank, the model "
+                               f"{self.num_kv_heads}")
+        self.q_dtype = model_runner.dtype
+        self.kv_dtype = model_runner.kv_cache_dtype
+
+        self.workspace = get_buffer("flashinfer_workspace", lambda: torch.empty(
+            envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.get(), dtype=torch.uint8, device=self.device))
+        use_tc = self._decode_tensor_cores(cfg.num_attention_heads // tp)
+        num_units = len(pool.units)
+        self.decode_wrappers = [
+            BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2", use_tensor_cores=use_tc)
+            for _ in range(num_units)]
+        self.prefill_wrappers = [BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
+                                 for _ in range(num_units)]
+        self.ragged_wrapper = BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD",
+                                                                   backend=self._ragged_backend())
+        self._fi_merge_state = merge_state
+        self._page_lens = torch.ones(max(int(self.req_to_token_pool.size), 1) + 1, dtype=torch.int32,
+                                     device=self.device)
+        self.forward_metadata: Optional[PaskFlashInferMetadata] = None
+
+    # -- construction helpers ------------------------------------------------------------------
+    @staticmethod
+    def _refuse_unsupported(model_runner) -> None:
+        cfg = model_runner.model_config
+        what = None
+        if getattr(model_runner, "sliding_window_size", None) is not None:
+            what = "sliding-window attention"
+        elif getattr(cfg, "is_encoder_decoder", False):
+            what = "encoder-decoder (cross-attention) models"
+        elif getattr(cfg, "is_multimodal", False):
+            what = "multimodal models"
+        else:
+            try:
+                from sglang.srt.runtime_context import get_exec
+
+                if get_exec().features.enable_mis:
+                    what = "multi-item scoring"
+            except Exception:
+                pass
+        if what is not None:
+            raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend does not support {what}")
+
+    def _decode_tensor_cores(self, num_attention_heads: int) -> bool:
+        try:
+            from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
+
+            return bool(should_use_tensor_core(kv_cache_dtype=self.kv_dtype, num_attention_heads=num_attention_heads,
+                                               num_kv_heads=self.num_kv_heads))
+        except Exception:
+            return num_attention_heads // max(self.num_kv_heads, 1) >= 4
+
+    @staticmethod
+    def _ragged_backend() -> str:
+        try:
+            from sglang.srt.runtime_context import get_platform
+
+            return "fa2" if get_platform().is_sm100 else "auto"
+        except Exception:
+            return "fa2"
+
+    # -- CUDA graphs: refused --------------------------------------------------------------------
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args, **kwargs):
+        raise RuntimeError(_CUDA_GRAPH_MSG)
+
+    def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch):
+        raise RuntimeError(_CUDA_GRAPH_MSG)
+
+    def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, capture_metadata, forward_batch, *,
+                                                                 static_forward_batch=None):
+        raise RuntimeError(_CUDA_GRAPH_MSG)
+
+    def prepare_full_cuda_graph_chunked_prefix(self, forward_batch, *, in_capture: bool):
+        raise RuntimeError(_CUDA_GRAPH_MSG)
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1
+
+    # -- planning --------------------------------------------------------------------------------
+    def init_forward_metadata(self, forward_batch):
+        """Plan every unit's wrappers for this batch (host work: syncs to size ``kv_indices``)."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(_CUDA_GRAPH_MSG)
+        mode = forward_batch.forward_mode
+        if mode.is_idle():
+            self.forward_metadata = None
+            return
+        if forward_batch.spec_info is not None or mode.name not in ("DECODE", "EXTEND", "MIXED"):
+            raise RuntimeError(f"sglang_pask: forward mode {mode.name} is not supported by the PASK FlashInfer "
+                               "backend (speculative decoding, dLLM and split prefill are not)")
+        if getattr(forward_batch, "encoder_lens", None) is not None:
+            raise RuntimeError("sglang_pask: encoder-decoder batches are not supported")
+        if mode.is_decode():
+            self.forward_metadata = self._plan_decode(forward_batch)
+        else:
+            self.forward_metadata = self._plan_extend(forward_batch)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        if in_capture:
+            raise RuntimeError(_CUDA_GRAPH_MSG)
+        self.init_forward_metadata(forward_batch)
+
+    def _last_page_lens(self, bs: int) -> torch.Tensor:
+        if self._page_lens.numel() < bs:
+            self._page_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
+        return self._page_lens[:bs]
+
+    def _plan_decode(self, fb) -> PaskFlashInferMetadata:
+        bs = int(fb.seq_lens.shape[0])
+        units = build_unit_indices(self.pool.mapping, self.req_to_token_pool.req_to_token, fb.req_pool_indices,
+                                   fb.seq_lens, seq_lens_sum=getattr(fb, "seq_lens_sum", None))
+        nnz = []
+        for wrapper, (kv_indptr, kv_indices) in zip(self.decode_wrappers, units):
+            wrapper.begin_forward(kv_indptr, kv_indices, self._last_page_lens(bs), self.num_qo_heads,
+                                  self.num_kv_heads, self.head_dim, 1, q_data_type=self.q_dtype,
+                                  kv_data_type=self.kv_dtype, non_blocking=True)
+            nnz.append(int(kv_indices.numel()))
+        return PaskFlashInferMetadata(decode=True, unit_nnz=nnz, has_prefix=[n > 0 for n in nnz])
+
+    def _plan_extend(self, fb) -> PaskFlashInferMetadata:
+        bs = int(fb.extend_seq_lens.shape[0])
+        prefix_cpu = getattr(fb, "extend_prefix_lens_cpu", None)
+        units = build_unit_indices(self.pool.mapping, self.req_to_token_pool.req_to_token, fb.req_pool_indices,
+                                   fb.extend_prefix_lens,
+                                   seq_lens_sum=sum(int(x) for x in prefix_cpu) if prefix_cpu is not None else None)
+        qo_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+        qo_indptr[1:] = torch.cumsum(fb.extend_seq_lens.to(device=self.device, dtype=torch.int32), dim=0)
+        # New tokens attend causally to one another (qo == kv per request, so the mask is exact).
+        self.ragged_wrapper.begin_forward(qo_indptr, qo_indptr, self.num_qo_heads, self.num_kv_heads,
+                                          self.head_dim, causal=True, q_data_type=self.q_dtype)
+        nnz, has_prefix = [], []
+        for wrapper, (kv_indptr, kv_indices) in zip(self.prefill_wrappers, units):
+            n = int(kv_indices.numel())
+            if n > 0:
+                # Every held prefix key precedes every new query: no mask.
+                wrapper.begin_forward(qo_indptr, kv_indptr, kv_indices, self._last_page_lens(bs), self.num_qo_heads,
+                                      self.num_kv_heads, self.head_dim, 1, causal=False, q_data_type=self.q_dtype,
+                                      kv_data_type=self.kv_dtype, non_blocking=True)
+            nnz.append(n)
+            has_prefix.append(n > 0)
+        return PaskFlashInferMetadata(decode=False, unit_nnz=nnz, has_prefix=has_prefix)
+
+    # -- compute ---------------------------------------------------------------------------------
+    @staticmethod
+    def _check_layer(layer) -> None:
+        what = None
+        if getattr(layer, "is_cross_attention", False):
+            what = "cross-attention layers"
+        elif getattr(getattr(layer, "attn_type", None), "name", "") == "ENCODER_ONLY":
+            what = "encoder-only attention"
+        elif (getattr(layer, "sliding_window_size", -1) or -1) >= 0:
+            what = "sliding-window layers"
+        elif (getattr(layer, "logit_cap", 0.0) or 0.0) > 0:
+            what = "attention logit soft-capping"
+        if what is not None:
+            raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend does not support {what}")
+
+    def _write(self, layer, forward_batch, k, v) -> None:
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+        self.pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v,
+                                getattr(layer, "k_scale", None), getattr(layer, "v_scale", None))
+
+    def _merge(self, o_a, s_a, o_b, s_b) -> torch.Tensor:
+        if _merge_state_fits(o_a.shape[1], o_a.shape[2], o_a.element_size()):
+            return self._fi_merge_state(o_a, s_a, o_b, s_b)[0]
+        return merge_lse_states(o_a, s_a, o_b, s_b)[0]
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        """``q [bs, heads * head_dim]`` -> ``[bs, heads * v_head_dim]`` over unit ``unit_of[layer]``."""
+        self._check_layer(layer)
+        meta = self.forward_metadata
+        assert meta is not None and meta.decode, "init_forward_metadata did not plan a decode batch"
+        if k is not None and save_kv_cache:
+            self._write(layer, forward_batch, k, v)
+        unit = self.pool.unit_of[layer.layer_id]
+        o = self.decode_wrappers[unit].forward(
+            q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim),
+            self.pool.get_kv_buffer(layer.layer_id), sm_scale=layer.scaling,
+            k_scale=getattr(layer, "k_scale_float", None), v_scale=getattr(layer, "v_scale_float", None))
+        return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        """``q [tokens, heads * head_dim]`` (the new tokens, requests concatenated) ->
+        ``[tokens, heads * v_head_dim]``: held prefix of unit ``unit_of[layer]`` (paged) merged
+        with the new tokens (ragged, causal)."""
+        self._check_layer(layer)
+        meta = self.forward_metadata
+        assert meta is not None and not meta.decode, "init_forward_metadata did not plan an extend batch"
+        unit = self.pool.unit_of[layer.layer_id]
+        q3 = q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim)
+        if k is None or v is None:
+            # K/V already in the cache (written by the caller): read the new tokens' unit slots.
+            slots = self.pool.translate(unit, forward_batch.out_cache_loc)
+            k3 = self.pool.get_key_buffer(layer.layer_id)[slots].to(q3.dtype)
+            v3 = self.pool.get_value_buffer(layer.layer_id)[slots].to(q3.dtype)
+            write = False
+        else:
+            k3 = k.view(-1, layer.tp_k_head_num, layer.head_dim)
+            v3 = v.view(-1, layer.tp_v_head_num, layer.v_head_dim)
+            write = save_kv_cache
+        if meta.has_prefix[unit]:
+            o_new, s_new = self.ragged_wrapper.forward_return_lse(q3, k3, v3, causal=True, sm_scale=layer.scaling)
+            o_pre, s_pre = self.prefill_wrappers[unit].forward_return_lse(
+                q3, self.pool.get_kv_buffer(layer.layer_id), causal=False, sm_scale=layer.scaling,
+                k_scale=getattr(layer, "k_scale_float", None), v_scale=getattr(layer, "v_scale_float", None))
+            o = self._merge(o_pre, s_pre, o_new, s_new)
+        else:
+            o = self.ragged_wrapper.forward(q3, k3, v3, causal=True, sm_scale=layer.scaling)
+        if write:
+            # After attention: a dtype-converting write may scale k/v in place.
+            self._write(layer, forward_batch, k, v)
+        return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
