@@ -26,7 +26,6 @@ import tempfile
 import time
 
 import openai
-
 from sglang_pask.eval.data import load_spec
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body

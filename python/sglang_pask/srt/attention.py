@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch.nn.functional import scaled_dot_product_attention
-
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from torch.nn.functional import scaled_dot_product_attention
 
 
 def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
 
-ENV_POLICY = "SGLANG_PASK_POLICY"
+ENV_POLICY = serving.ENV_POLICY
 FLAG = "--pask-policy"
 TAG_LOG_FLAG = "--pask-tag-log"
 #: flag -> (dest, environment variable, type, help) of the persistence flags (:mod:`.serving`)
@@ -139,7 +139,7 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     else:
         given = [flag for flag, (dest, *_r) in PERSIST_FLAGS.items() if getattr(args, dest, None) is not None]
         if given:
-            raise SystemExit(f"error: {', '.join(given)} need {FLAG}")
+            raise SystemExit(f"error: {', '.join(given)} need{'s' if len(given) == 1 else ''} {FLAG}")
     server_args = original(cls, args, *rest, **kwargs)
     if path:
         server_args._pask_policy = path

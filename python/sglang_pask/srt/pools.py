@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import torch
-
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import KVCache, MHATokenToKVPool, unwrap_write_loc
 

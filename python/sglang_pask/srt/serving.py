@@ -25,7 +25,9 @@ from functools import lru_cache
 from typing import Optional
 
 from sglang_pask.methods import METHODS, KVMethod, make_method
+from sglang_pask.methods.base import SCHEDULES
 
+ENV_POLICY = "SGLANG_PASK_POLICY"
 ENV_METHOD = "SGLANG_PASK_METHOD"
 ENV_BUDGET = "SGLANG_PASK_BUDGET"
 ENV_SCHEDULE = "SGLANG_PASK_SCHEDULE"
@@ -35,9 +37,19 @@ ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
 DEFAULT_METHOD = "pask"
 
 
+def _needs_attention(name: str) -> Optional[str]:
+    """The attention statistics method ``name`` needs (None: none). Some methods declare it as a
+    property of their options (SnapKV: ``window`` or, per head, ``window_heads``); the class
+    attribute is then the property object, so the default instance is asked."""
+    need = METHODS[name].needs_attention
+    if isinstance(need, property):
+        need = need.fget(make_method(name, 0.5))
+    return need
+
+
 def server_methods() -> list[str]:
     """Registry names the server can run (no attention statistics needed)."""
-    return [name for name, cls in METHODS.items() if cls.needs_attention is None]
+    return [name for name in METHODS if _needs_attention(name) is None]
 
 
 @dataclass(frozen=True)
@@ -79,13 +91,20 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     if name not in METHODS:
         raise ValueError(f"--pask-method: unknown method {name!r} (the server runs: "
                          f"{', '.join(server_methods())})")
-    if METHODS[name].needs_attention is not None:
+    need = _needs_attention(name)
+    if need is not None:
         raise ValueError(f"--pask-method: {name!r} needs attention statistics "
-                         f"({METHODS[name].needs_attention}) that the server does not compute; "
+                         f"({need}) that the server does not compute; "
                          f"the server runs: {', '.join(server_methods())} (use `pask eval --backend "
                          f"hf` for {name})")
     if budget is not None and not 0.0 < budget <= 1.0:
         raise ValueError(f"--pask-budget must be in (0, 1], got {budget:g}")
+    if name == "full" and budget is not None and budget != 1.0:
+        raise ValueError(f"--pask-budget: method 'full' keeps every token (budget 1), got {budget:g}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"--pask-schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if interval is not None and interval < 1:
+        raise ValueError(f"--pask-interval must be an integer >= 1, got {interval}")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
@@ -116,8 +135,6 @@ def _env_int(name: str) -> Optional[int]:
 @lru_cache(maxsize=1)
 def active_config() -> Optional[ServingConfig]:
     """This process's configuration from the environment the launcher set (None: PASK off)."""
-    from sglang_pask.srt.plugin import ENV_POLICY
-
     path = os.environ.get(ENV_POLICY)
     if not path:
         return None
