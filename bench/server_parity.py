@@ -20,12 +20,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 
 import openai
+from sglang_pask.calibrate.pipeline import code_version
 from sglang_pask.eval.data import load_spec
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
                      f"{s['tokens_identical']} ({s['tokens_identical_pct']}%) | {s['compressions_compared']} |")
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = code_version()[0]
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump({"command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "commit": commit,
                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

@@ -298,12 +298,13 @@ class KVMethod(ABC):
         (``seq_len`` = the prompt length); under ``continuous`` also every ``interval``-th
         decode step, under ``prefill`` never again; and only when the cache holds more than
         ``floor(b*L*T)`` slots (``slots_held``: per KV head, as :meth:`CacheView.held`)."""
-        if self.schedule == "prefill":
-            if decode_step != 0:
-                return False
-        elif decode_step % self.interval:
-            return False
-        return slots_held > int(np.floor(self.budget * num_layers * seq_len + 1e-9))
+        return self.checks_at(decode_step) and \
+            slots_held > int(np.floor(self.budget * num_layers * seq_len + 1e-9))
+
+    def checks_at(self, decode_step: int) -> bool:
+        """The schedule half of :meth:`due`: whether the budget is checked at ``decode_step`` at all
+        (``prefill``: only at 0; ``continuous``: every ``interval``-th step)."""
+        return decode_step == 0 if self.schedule == "prefill" else decode_step % self.interval == 0
 
     def layer_weights(self, view: CacheView) -> np.ndarray:
         """float ``[L]``: relative share of the budget per layer (uniform here)."""

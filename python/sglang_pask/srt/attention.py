@@ -30,11 +30,9 @@ def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.T
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
                      k_pos: torch.Tensor, scaling: float, enable_gqa: bool) -> torch.Tensor:
     """Reference: ``q [heads, nq, d]``, ``k/v [kv_heads, nk, d]``, causal by logical position
-    (``k_pos[j] <= q_pos[i]``). Returns ``[heads, nq, d_v]``. The torch reference every kernel
-    is tested against."""
-    mask = k_pos[None, :] <= q_pos[:, None]
-    if q.shape[1] == 1 and bool(mask.all()):
-        mask = None  # decode over held keys: every key precedes the query
+    (``k_pos[j] <= q_pos[i]``; ``q_pos=None``: every key precedes every query, as in decode).
+    Returns ``[heads, nq, d_v]``. The torch reference every kernel is tested against."""
+    mask = None if q_pos is None else k_pos[None, :] <= q_pos[:, None]
     return scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                         enable_gqa=enable_gqa, scale=scaling).squeeze(0)
 
@@ -58,21 +56,22 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             m = self.pool.mapping[u]
             self.unit_meta.append([held_slots(m, req_to_token[r, :n]) for r, n in zip(rows, lens)])
 
-    def _attend(self, q, layer, forward_batch, q_lens, q_starts):
+    def _attend(self, q, layer, q_lens, q_starts):
         """``q [tokens, heads, d]`` -> ``[tokens, heads, d_v]``; request ``i``'s queries sit at
-        logical positions ``q_starts[i] ..< q_starts[i] + q_lens[i]``."""
+        logical positions ``q_starts[i] ..< q_starts[i] + q_lens[i]`` (``q_starts=None``: decode,
+        one query per request after every held key)."""
         unit = self.pool.unit_of[layer.layer_id]
         k_buf = self.pool.get_key_buffer(layer.layer_id)
         v_buf = self.pool.get_value_buffer(layer.layer_id)
         out = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
         gqa = layer.tp_q_head_num != layer.tp_k_head_num
         start = 0
-        for i, (nq, q0) in enumerate(zip(q_lens, q_starts)):
+        for i, nq in enumerate(q_lens):
             slots, k_pos = self.unit_meta[unit][i]
             qi = q[start:start + nq].movedim(0, 1)  # [heads, nq, d]
             k = k_buf[slots].movedim(0, 1).to(qi.dtype)
             v = v_buf[slots].movedim(0, 1).to(qi.dtype)
-            q_pos = torch.arange(q0, q0 + nq, device=q.device)
+            q_pos = None if q_starts is None else torch.arange(q_starts[i], q_starts[i] + nq, device=q.device)
             out[start:start + nq] = sparse_attention(qi, k, v, q_pos, k_pos, layer.scaling, gqa).movedim(0, 1)
             start += nq
         return out
@@ -84,13 +83,12 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         self._write(layer, forward_batch, k, v, save_kv_cache)
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-        o = self._attend(q_, layer, forward_batch, forward_batch.extend_seq_lens.tolist(),
+        o = self._attend(q_, layer, forward_batch.extend_seq_lens.tolist(),
                          forward_batch.extend_prefix_lens.tolist())
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         self._write(layer, forward_batch, k, v, save_kv_cache)
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-        lens = forward_batch.seq_lens.tolist()
-        o = self._attend(q_, layer, forward_batch, [1] * len(lens), [n - 1 for n in lens])
+        o = self._attend(q_, layer, [1] * len(forward_batch.req_pool_indices), None)
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)

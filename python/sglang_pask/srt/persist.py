@@ -40,8 +40,8 @@ RELEASED: "deque[dict]" = deque(maxlen=256)
 
 def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
     """Per unit, int64 sorted logical positions held (``full_ids``: ``[seq_len]``)."""
-    m = allocator.pool.mapping[:, full_ids.long()]
-    return [torch.nonzero(row > 0, as_tuple=False).flatten().numpy() for row in m.cpu()]
+    m = allocator.pool.mapping[:, full_ids.long()].cpu()
+    return [torch.nonzero(row > 0, as_tuple=False).flatten().numpy() for row in m]
 
 
 def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool:
@@ -50,11 +50,13 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool
     if seq_len <= PROTECTED_TAIL or req.kv.req_pool_idx is None:
         return False
     step = int(req.decode_batch_idx)
+    method = config.method
+    if not method.checks_at(step):  # before touching the pools: this runs every decode step
+        return False
     full_ids = req_to_token[req.kv.req_pool_idx, :seq_len]
     held = held_positions(allocator, full_ids)
     units = config.units
     slots = sum(len(h) * len(u) for h, u in zip(held, units))
-    method = config.method
     if not method.due(step, slots, seq_len, config.num_layers):
         return False
     tags = tags_of(req)
@@ -111,11 +113,8 @@ def record_release(req, req_to_token: torch.Tensor, allocator) -> None:
     seq_len = int(req.kv.kv_committed_len)
     if row is None or seq_len <= 0:
         return
-    full_ids = req_to_token[row, :seq_len].long()
-    slots = [int(n) for n in (allocator.pool.mapping[:, full_ids] > 0).sum(dim=1).tolist()]
-    per = allocator.pool.bytes_per_token_layer()
-    units = allocator.pool.units
+    slots = [len(h) for h in held_positions(allocator, req_to_token[row, :seq_len])]
+    pool = allocator.pool
     RELEASED.append({"rid": req.rid, "seq_len": seq_len, "unit_slots": slots,
-                     "kv_bytes": sum(n * len(u) for n, u in zip(slots, units)) * per,
-                     "full_kv_bytes": seq_len * sum(len(u) for u in units) * per,
+                     "kv_bytes": pool.kv_bytes(slots), "full_kv_bytes": pool.kv_bytes([seq_len] * len(slots)),
                      "finished": bool(req.finished())})

@@ -62,18 +62,22 @@ class PaskKVPool(KVCache):
         itemsize = torch.empty((), dtype=self.store_dtype).element_size()
         return self.head_num * (self.head_dim + self.v_head_dim) * itemsize
 
+    def kv_bytes(self, slots_per_unit: Sequence[int]) -> int:
+        """Bytes of ``slots_per_unit[u]`` slots in every unit (each slot spans the unit's layers)."""
+        return sum(n * len(u) for n, u in zip(slots_per_unit, self.units)) * self.bytes_per_token_layer()
+
     def kv_bytes_capacity(self) -> int:
         """Bytes of all unit buffers (what the pools hold, allocated at start)."""
-        return sum(self.unit_size * len(u) for u in self.units) * self.bytes_per_token_layer()
+        return self.kv_bytes([self.unit_size] * len(self.units))
 
     def index_bytes(self) -> int:
         return self.mapping.numel() * self.mapping.element_size()
 
     def get_kv_size_bytes(self):
-        k = sum(self.unit_size * len(u) for u in self.units) * self.head_num * self.head_dim
-        v = sum(self.unit_size * len(u) for u in self.units) * self.head_num * self.v_head_dim
-        itemsize = torch.empty((), dtype=self.store_dtype).element_size()
-        return k * itemsize, v * itemsize
+        """``(K bytes, V bytes)`` of all unit buffers (SGLang's start-up log and memory report)."""
+        total = self.kv_bytes_capacity()  # divisible by head_dim + v_head_dim: exact split
+        k = total * self.head_dim // (self.head_dim + self.v_head_dim)
+        return k, total - k
 
     # -- buffers -------------------------------------------------------------------------------
     def _pool(self, layer_id: int) -> tuple[MHATokenToKVPool, int]:
@@ -110,18 +114,17 @@ class PaskAllocator(TokenToKVPoolAllocator):
     """Full ids (this allocator's own free list) plus one slot allocator per unit."""
 
     def __init__(self, full_size: int, kvcache: PaskKVPool, device: str, dtype: torch.dtype):
+        self.pool = kvcache
         self.units = [TokenToKVPoolAllocator(kvcache.unit_size, dtype=dtype, device=device,
                                              kvcache=p, need_sort=False) for p in kvcache.pools]
         super().__init__(full_size, dtype=dtype, device=device, kvcache=kvcache, need_sort=False)
-        self.pool = kvcache
         self.dropped_total = 0  # unit slots freed by drops since start (a counter for tests)
 
     def clear(self):
         super().clear()
-        for a in getattr(self, "units", ()):
+        for a in self.units:
             a.clear()
-        if hasattr(self, "pool"):
-            self.pool.mapping.zero_()
+        self.pool.mapping.zero_()
 
     # -- capacity ------------------------------------------------------------------------------
     def full_available_size(self) -> int:
@@ -188,8 +191,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
         return [self.pool.unit_size - a.available_size() for a in self.units]
 
     def kv_bytes_in_use(self) -> int:
-        per = self.pool.bytes_per_token_layer()
-        return sum(n * len(u) for n, u in zip(self.unit_slots_in_use(), self.pool.units)) * per
+        return self.pool.kv_bytes(self.unit_slots_in_use())
 
     def stats(self) -> dict:
         """JSON-ready counters (``/server_info`` -> ``internal_states[0]["pask"]["pools"]``)."""

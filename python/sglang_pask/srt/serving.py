@@ -67,13 +67,6 @@ class ServingConfig:
     def budget(self) -> float:
         return self.method.budget
 
-    def unit_of_layer(self) -> list[int]:
-        out = [0] * self.num_layers
-        for u, layers in enumerate(self.units):
-            for layer in layers:
-                out[layer] = u
-        return out
-
     def describe(self) -> str:
         return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
                 f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
