@@ -145,7 +145,7 @@ def _assert_released_within_budget(rec: dict, pools: dict, budget: float) -> flo
 @pytest.fixture(scope="module")
 def persist_server():
     args = ["--pask-policy", str(POLICY), "--pask-budget", str(BUDGET), "--pask-schedule", "continuous",
-            "--max-total-tokens", str(MAX_TOTAL), "--enable-metrics", *SLEEP]
+            "--max-total-tokens", str(MAX_TOTAL), "--enable-metrics", "--decode-log-interval", "1", *SLEEP]
     with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
         yield srv
 
@@ -161,6 +161,7 @@ def test_released_requests_held_budget_fraction(persist_server, client):
     state = _pask(persist_server)
     assert state["method"]["name"] == "pask" and state["method"]["budget"] == BUDGET
     assert state["method"]["schedule"] == "continuous"
+    assert state["method"]["policy"]["name"] == json.loads(POLICY.read_text())["name"]
     pools = state["pools"]
     assert pools["full_size"] == MAX_TOTAL and pools["unit_size"] == math.ceil(BUDGET * MAX_TOTAL)
     assert pools["units"] == [[0, 1], [2, 3]]  # one unit per policy group
@@ -216,6 +217,31 @@ MALFORMED = {
     "messages-empty": {**_BASE, "messages": [], "tools": [_TOOL]},
     "invalid-json": b'{"model": "default", "messages": [{"role": "user", "content": "x"}',
 }
+
+
+def test_admission_uses_slots_freed_by_compression(persist_server, client):
+    """Compression frees unit slots for waiting requests: SGLang marks the running batch full when
+    a waiting request does not fit and clears the mark only when a request leaves, so without the
+    plugin clearing it after drops, the running batch would stay at about what fits uncompressed
+    (``fit``) until requests finish. With it, about twice ``fit`` and more run at once."""
+    unit_size = _pask(persist_server)["pools"]["unit_size"]
+    bodies = _tiny_requests(16, start=600)
+    mark = len(persist_server.log())
+
+    def one(body):
+        return client.chat.completions.create(model="default", messages=body["messages"], tools=body["tools"],
+                                              max_tokens=48, temperature=0, extra_body={"ignore_eos": True})
+
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        resps = list(pool.map(one, bodies))
+    longest = max(r.usage.prompt_tokens + r.usage.completion_tokens for r in resps)
+    fit = unit_size // longest  # requests the unit pools hold uncompressed
+    running = [int(x) for x in re.findall(r"Decode batch[^,]*, #running-req: (\d+)", persist_server.log()[mark:])]
+    print(f"unit slots {unit_size}, longest request {longest} tokens: {fit} fit uncompressed; "
+          f"most running at once {max(running)}")
+    assert all(r.usage.completion_tokens == 48 for r in resps)
+    assert 1 <= fit and max(running) >= 2 * fit + 1
+    assert _idle(_wait_pools_idle(persist_server)["pools"])
 
 
 def _post(srv, body) -> requests.Response:
@@ -454,3 +480,21 @@ def test_other_methods_serve(side_servers, no_whitespace_bias_fc, name, budget):
     assert _idle(state["pools"]) and state["compression"]["errors"] == 0
     assert state["pools"]["dropped_total"] > 0
     assert not re.search("|".join(map(re.escape, LEAK_TEXTS + PASK_FAILURES)), srv.log())
+
+
+def test_eval_records_what_the_server_runs(side_servers):
+    """``pask eval --backend openai`` records the method a PASK server reports (not a label), the
+    model directory it serves, and refuses a label that contradicts the server."""
+    from sglang_pask.eval.openai_backend import OpenAIBackend
+    from sglang_pask.eval.records import model_record
+
+    srv = side_servers["streaming"]
+    got = OpenAIBackend(srv.base_url).describe()
+    assert got["method"]["name"] == "streaming" and got["budget"] == 0.5
+    assert got["schedule"] == got["method"]["schedule"] and got["method_options"] == {}
+    assert got["model"] == model_record(str(MODEL)) and got["policy"] is None
+    assert OpenAIBackend(srv.base_url, labels={"method": "streaming", "budget": 0.5}).describe()["budget"] == 0.5
+    with pytest.raises(ValueError, match=r"--budget 0.33 contradicts the server .* streaming at budget 0.5"):
+        OpenAIBackend(srv.base_url, labels={"budget": 0.33}).describe()
+    stock = OpenAIBackend(side_servers["stock"].base_url, labels={"method": "full"}).describe()
+    assert "method" not in stock and stock["model"] == model_record(str(MODEL))

@@ -4,12 +4,23 @@ The server applies its chat template and its tool-call parser; the response's ``
 text content both come back raw and are decoded by the harness. Connection failures and timeouts
 (after the client's retries) are fatal (BackendError); an HTTP error status for one request is
 that entry's failure (EntryError ``http_<status>``).
+
+What the run records about the server comes from the server (``GET <root>/server_info``): the
+model directory it serves (recorded like the hf backend's, so ``pask report`` can put both in one
+table when ``--group-by backend``), and, on a server started with a policy, the KV method record
+it runs (``internal_states[0]["pask"]["method"]``). ``--method`` / ``--budget`` / ``--schedule``
+are labels for servers that report nothing (a stock server: Full KV); a label that contradicts
+what the server reports is an error, not a silently mislabelled row.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
+import urllib.error
+import urllib.request
 
 from sglang_pask.eval.base import Backend, BackendError, EntryError, Generation, Request
 
@@ -26,6 +37,7 @@ class OpenAIBackend(Backend):
         api_key: str = "EMPTY",
         timeout_s: float = 600.0,
         max_retries: int = 2,
+        labels: dict | None = None,
     ):
         import openai
 
@@ -33,6 +45,7 @@ class OpenAIBackend(Backend):
         self.base_url = base_url
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self.timeout_s = timeout_s
+        self.labels = {k: v for k, v in (labels or {}).items() if v is not None}
         self.model = model or self._first_model()
 
     @classmethod
@@ -44,6 +57,7 @@ class OpenAIBackend(Backend):
             getattr(args, "model", None),
             getattr(args, "api_key", None) or "EMPTY",
             getattr(args, "request_timeout", 600.0),
+            labels={k: getattr(args, k, None) for k in ("method", "budget", "schedule")},
         )
 
     def _first_model(self) -> str:
@@ -57,8 +71,39 @@ class OpenAIBackend(Backend):
             raise BackendError(f"{self.base_url}/models lists no model; pass --model")
         return models[0].id
 
+    def server_info(self) -> dict:
+        """``GET <root>/server_info`` (root: the base URL without ``/v1``); {} when unavailable."""
+        root = self.base_url.rstrip("/")
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        try:
+            with urllib.request.urlopen(f"{root}/server_info", timeout=30) as r:
+                return json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+
     def describe(self) -> dict:
-        return {"backend": self.name, "base_url": self.base_url, "model": self.model}
+        from sglang_pask.eval.records import model_record, record_options
+        from sglang_pask.methods import METHODS
+
+        out = {"backend": self.name, "base_url": self.base_url, "model": self.model, "served_model": self.model}
+        info = self.server_info()
+        path = info.get("model_path")
+        if isinstance(path, str) and os.path.isdir(path):
+            out["model"] = model_record(path)
+        states = info.get("internal_states") or [{}]
+        rec = (states[0].get("pask") or {}).get("method") if isinstance(states[0], dict) else None
+        if not rec:
+            return out
+        served = {"method": rec["name"], "budget": float(rec["budget"]), "schedule": rec.get("schedule")}
+        for k, label in self.labels.items():
+            if label != served[k]:
+                raise ValueError(f"--{k} {label} contradicts the server at {self.base_url}, which runs "
+                                 f"{served['method']} at budget {served['budget']:g}, schedule {served['schedule']} "
+                                 f"(drop the label or restart the server with --pask-{k})")
+        cls = METHODS.get(rec["name"])
+        out.update(served, method=rec, method_options=record_options(cls, rec) if cls else {},
+                   policy=rec.get("policy"))
+        return out
 
     def generate(self, request: Request) -> Generation:
         o = self._openai

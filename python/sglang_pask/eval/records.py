@@ -27,7 +27,7 @@ from typing import Any
 from sglang_pask.methods.options import parse_method_spec, parse_option, parse_value
 
 __all__ = ["run_config", "parse_value", "parse_option", "parse_method_spec", "method_spec", "method_record",
-           "method_options", "model_record", "method_label", "NOT_OPTIONS"]
+           "method_options", "record_options", "model_record", "method_label", "NOT_OPTIONS"]
 
 #: record keys that are not "options" of a method (they have their own run-record fields)
 NOT_OPTIONS = ("name", "budget", "schedule", "policy")
@@ -74,9 +74,13 @@ def _json(v: Any) -> Any:
 
 def method_options(method) -> dict:
     """Record fields (except :data:`NOT_OPTIONS`) whose value differs from the class default."""
-    rec = method_record(method)
+    return record_options(type(method), method_record(method))
+
+
+def record_options(cls: type, rec: dict) -> dict:
+    """:func:`method_options` from a method class and a ``record()`` (e.g. one a server reported)."""
     out = {}
-    for f in dataclasses.fields(method):
+    for f in dataclasses.fields(cls):
         if f.name in NOT_OPTIONS or not f.init or f.name not in rec:
             continue
         if f.default is not dataclasses.MISSING:

@@ -44,21 +44,21 @@ def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
     return [torch.nonzero(row > 0, as_tuple=False).flatten().numpy() for row in m]
 
 
-def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool:
-    """Apply the method to one request if due; returns whether it compressed."""
+def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
+    """Apply the method to one request if due; returns the unit slots it freed (0: not due)."""
     seq_len = int(req.kv.kv_committed_len)
     if seq_len <= PROTECTED_TAIL or req.kv.req_pool_idx is None:
-        return False
+        return 0
     step = int(req.decode_batch_idx)
     method = config.method
     if not method.checks_at(step):  # before touching the pools: this runs every decode step
-        return False
+        return 0
     full_ids = req_to_token[req.kv.req_pool_idx, :seq_len]
     held = held_positions(allocator, full_ids)
     units = config.units
     slots = sum(len(h) * len(u) for h, u in zip(held, units))
     if not method.due(step, slots, seq_len, config.num_layers):
-        return False
+        return 0
     tags = tags_of(req)
     retained = [None] * config.num_layers
     for h, layers in zip(held, units):
@@ -69,7 +69,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool
                      protected_tail=PROTECTED_TAIL, prompt_len=tags.prompt_len)
     sel = method.select(view)
     lo = int(req.kv.cache_protected_len)
-    kept_log = {}
+    kept_log, freed = {}, 0
     for u, layers in enumerate(units):
         kept = np.asarray(sel.kept[layers[0]], dtype=np.int64)
         for layer in layers[1:]:
@@ -79,24 +79,33 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> bool
         drop = drop[drop >= lo]
         if drop.size:
             allocator.drop(u, full_ids[torch.from_numpy(drop)])
+            freed += int(drop.size)
         kept_log[str(u)] = kept.tolist()
     COUNTERS["compressions"] += 1
     if step == 0:
         COUNTERS["requests_compressed"] += 1
     if config.kept_log:
         _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log})
-    return True
+    return freed
 
 
 def compress_batch(batch, allocator, config) -> None:
-    """Every request of a decode batch (errors are logged and counted; serving goes on)."""
+    """Every request of a decode batch (errors are logged and counted; serving goes on).
+
+    When drops freed unit slots, ``batch.batch_is_full`` is cleared: SGLang sets it when a waiting
+    request did not fit and clears it only when a request leaves the running batch (or, for its
+    hybrid SWA pools, every step), so without this the slots freed by compression would never
+    admit anyone until some request finished."""
     req_to_token = batch.req_to_token_pool.req_to_token
+    freed = 0
     for req in batch.reqs:
         try:
-            compress_request(req, req_to_token, allocator, config)
+            freed += compress_request(req, req_to_token, allocator, config)
         except Exception as e:
             COUNTERS["errors"] += 1
             logger.exception("sglang_pask: compression failed for %s (kept Full KV): %r", req.rid, e)
+    if freed:
+        batch.batch_is_full = False
 
 
 def _log(folder: str, record: dict) -> None:

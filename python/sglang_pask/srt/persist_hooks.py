@@ -147,8 +147,6 @@ def pask_state(scheduler) -> dict:
     out = {"method": config.method.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "released": list(persist.RELEASED)}
-    if config is not None and config.method.name == "pask":
-        out["method"].pop("policy", None)
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()
     return out

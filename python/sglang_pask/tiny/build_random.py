@@ -52,7 +52,9 @@ model replaces it as the project's default later.
 """
 
 
-def build(out: str, seed: int = 0) -> None:
+def build(out: str, seed: int = 0, overrides: dict | None = None) -> int:
+    """Write the model into ``out``; ``overrides``: :data:`CONFIG` fields to change (e.g. a larger
+    shape for a speed benchmark). Returns the parameter count."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -60,7 +62,7 @@ def build(out: str, seed: int = 0) -> None:
     tok = train_tokenizer(lines(seed=seed), vocab_size=CONFIG["vocab_size"])
     ids = tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     cfg = Qwen3Config(
-        **CONFIG,
+        **{**CONFIG, **(overrides or {})},
         bos_token_id=ids[0],
         eos_token_id=ids[2],
         pad_token_id=ids[0],
@@ -94,6 +96,7 @@ def build(out: str, seed: int = 0) -> None:
             )
         )
     print(json.dumps({"out": out, "params": n_params, "tokenizer_size": len(tok)}))
+    return n_params
 
 
 def main(argv: list[str] | None = None) -> None:

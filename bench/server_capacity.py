@@ -1,0 +1,316 @@
+"""Serving capacity and TPOT at a fixed KV memory, Full KV vs PASK@b, side by side in one run.
+
+Every server is this project's launcher (``sglang_pask.testing.running_server``: the same binary
+and default flags as the tests), stopped by PID also on failure; load is SGLang's own
+``sglang.benchmark.serving`` (``python -m sglang_pask.cpu_shim.bench_serving``, backend
+``sglang-oai-chat``, dataset ``openai``: JSON lines of chat requests with their tools, so every
+request goes through ``/v1/chat/completions`` and is tagged as in production; fixed output
+lengths, bench_serving's default ``ignore_eos``).
+
+Part 1, capacity (``models/pask-tiny-fc``, ``--policy``): Full gets ``--max-total-tokens M``; PASK
+gets the largest N whose per-unit pools hold ``ceil(b N) == M`` slots, i.e. the same KV bytes
+(checked: the PASK pools' ``kv_bytes_capacity`` from ``/server_info`` against ``M x layers x
+bytes per token and layer``). Both run without the radix cache and the overlap scheduler (a policy
+turns them off). Long tool prompts (synthetic tiny-profile tools of the train split, added until
+the rendered prompt reaches ``--prompt-tokens``), all sent at once. Measured: the most requests in
+one decode batch (the scheduler's ``Decode batch, #running-req`` line, logged every step) and
+bench_serving's output throughput.
+
+Part 2, TPOT: a random-weight Qwen3 (shape :data:`TPOT_MODEL`, built into a temp dir by
+``sglang_pask.tiny.build_random``) with a structure-prior policy for its shape (``pask policy
+prior``), prompts of ``--contexts`` tokens, a few concurrent requests; median TPOT Full vs PASK@b,
+each server sized for the same KV bytes.
+
+    .venv/bin/python bench/server_capacity.py --out bench/results/pask-tiny-fc-server-capacity
+    .venv/bin/python bench/server_capacity.py --quick --out /tmp/sc      # a small smoke run
+
+Writes ``report.md``, ``results.json``, ``server_capacity.png`` and ``meta.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from sglang_pask.testing import running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+DECODE_RE = re.compile(r"Decode batch[^,]*, #running-req: (\d+)")
+#: both servers of a pair: what a policy makes the plugin set, so Full runs the same scheduler
+MATCHED = ["--disable-radix-cache", "--disable-overlap-schedule", "--decode-log-interval", "1",
+           "--sleep-on-idle", "--log-level", "info"]
+#: the random Qwen3 of part 2: ~25M parameters, 8 layers, 4 KV heads x 128 dims
+TPOT_MODEL = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=4, head_dim=128, max_position_embeddings=8192)
+
+
+def tool_requests(tokenizer, n: int, prompt_tokens: int, seed: int) -> list[dict]:
+    """n chat requests (train split's tiny-profile entries), each with its own tools plus others
+    from the pool, in a shuffled order, until its rendered prompt holds >= prompt_tokens."""
+    from sglang_pask.eval.bfcl_tools import bfcl_to_openai_tools
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.rendering import render_chat
+
+    entries = generate("train", max(n, 200), "tiny")
+    pool = sorted({f["name"]: f for e in entries for f in e.functions}.values(), key=lambda f: f["name"])
+    rng = random.Random(seed)
+    out = []
+    for e in entries[:n]:
+        fs = list(e.functions)
+        rest = [f for f in pool if f["name"] not in {g["name"] for g in fs}]
+        rng.shuffle(rest)
+        while True:
+            tools, _ = bfcl_to_openai_tools(fs)
+            req = {"messages": [dict(m) for m in e.messages], "tools": tools, "tool_choice": "auto"}
+            n_tok = len(render_chat(tokenizer, req).token_ids)
+            if n_tok >= prompt_tokens or not rest:
+                break
+            fs.insert(rng.randrange(len(fs) + 1), rest.pop())
+        out.append({**req, "prompt_tokens": n_tok})
+    return out
+
+
+def write_dataset(path: Path, reqs: list[dict], out_len: int) -> dict:
+    with open(path, "w") as f:
+        for r in reqs:
+            f.write(json.dumps({k: v for k, v in r.items() if k != "prompt_tokens"} | {"max_tokens": out_len}) + "\n")
+    lens = [r["prompt_tokens"] for r in reqs]
+    return {"requests": len(reqs), "output_tokens": out_len, "prompt_tokens_min": min(lens),
+            "prompt_tokens_median": statistics.median(lens), "prompt_tokens_max": max(lens)}
+
+
+def pask_tokens_for(slots: int, budget: float) -> int:
+    """Largest N with ceil(b N) == slots per unit (the same KV bytes as Full with slots tokens)."""
+    from sglang_pask.srt.pools import unit_size_for
+
+    n = int(slots / budget) + 2
+    while unit_size_for(n, budget) > slots:
+        n -= 1
+    return n
+
+
+def server_info(srv) -> dict:
+    with urllib.request.urlopen(f"{srv.url}/server_info", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def bench_serving(srv, model: str, dataset: Path, n: int, conc: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "sglang_pask.cpu_shim.bench_serving", "--backend", "sglang-oai-chat",
+           "--host", "127.0.0.1", "--port", str(srv.port), "--model", model, "--tokenizer", model,
+           "--dataset-name", "openai", "--dataset-path", str(dataset), "--num-prompts", str(n),
+           "--max-concurrency", str(conc), "--warmup-requests", "1", "--seed", "1", "--output-file", str(out)]
+    out.unlink(missing_ok=True)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0 or not out.exists():
+        raise RuntimeError(f"bench_serving failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+    row = json.loads(out.read_text().strip().splitlines()[-1])
+    keys = ("completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+            "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "mean_e2e_latency_ms")
+    return {k: row.get(k) for k in keys}
+
+
+def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
+    """Start one server, run bench_serving against it, read its log and counters, stop it."""
+    t0 = time.monotonic()
+    with running_server(model, flags) as srv:
+        info = server_info(srv)
+        res = bench_serving(srv, model, dataset, n, conc, work / f"{name}.jsonl")
+        pask = (server_info(srv)["internal_states"][0].get("pask") or {})
+        log = srv.log()
+    running = [int(x) for x in DECODE_RE.findall(log)]
+    res.update(name=name, flags=flags, wall_s=round(time.monotonic() - t0, 1),
+               max_total_num_tokens=info.get("max_total_num_tokens"),
+               max_running_req=max(running, default=0),
+               mean_running_req=round(statistics.mean(running), 2) if running else 0,
+               pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"))
+    print(f"[{name}] max #running-req {res['max_running_req']}, output throughput "
+          f"{res['output_throughput']:.1f} tok/s, median TPOT {res['median_tpot_ms']:.1f} ms", flush=True)
+    return res
+
+
+def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, intervals=(1,)) -> dict:
+    """Full with ``slots`` tokens vs PASK@budget (continuous, each compression interval) with the
+    same KV bytes; ``ratio``: the first interval's PASK / Full, ``ratio_i<K>`` the others'."""
+    n_pask = pask_tokens_for(slots, budget)
+    out = {"full": serve_and_bench(f"{prefix}full", model, [*MATCHED, "--max-total-tokens", str(slots)],
+                                   dataset, n, conc, work), "pask_max_total_tokens": n_pask}
+    full = out["full"]
+    for i, interval in enumerate(intervals):
+        name = "pask" if i == 0 else f"pask-i{interval}"
+        out[name] = serve_and_bench(
+            f"{prefix}{name}", model, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", str(policy),
+                                       "--pask-budget", str(budget), "--pask-schedule", "continuous",
+                                       "--pask-interval", str(interval)], dataset, n, conc, work)
+        out[name]["interval"] = interval
+        out["ratio" if i == 0 else f"ratio_i{interval}"] = {
+            k: round(out[name][k] / full[k], 3) if full.get(k) else None
+            for k in ("max_running_req", "mean_running_req", "output_throughput", "request_throughput",
+                      "median_tpot_ms")}
+    pools = out["pask"]["pools"]
+    out["kv_bytes"] = {"full": slots * sum(len(u) for u in pools["units"]) * pools["bytes_per_token_layer"],
+                       "pask": pools["kv_bytes_capacity"]}
+    return out
+
+
+def pask_rows(res: dict) -> list[str]:
+    return [k for k in res if k == "pask" or k.startswith("pask-i")]
+
+
+def part_capacity(a, work: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    reqs = tool_requests(AutoTokenizer.from_pretrained(a.model), a.requests, a.prompt_tokens, a.seed)
+    data = write_dataset(work / "capacity-data.jsonl", reqs, a.output_len)
+    print(f"[capacity] {json.dumps(data)}", flush=True)
+    res = pair(a.model, a.policy, a.budget, a.full_tokens, work / "capacity-data.jsonl", a.requests,
+               a.requests, work, "capacity-", intervals=a.intervals)
+    return {"model": a.model, "policy": a.policy, "budget": a.budget, "full_max_total_tokens": a.full_tokens,
+            "dataset": data, **res}
+
+
+def part_tpot(a, work: Path) -> dict:
+    from sglang_pask.tiny.build_random import build
+    from transformers import AutoTokenizer
+
+    mdir = work / "random-qwen3"
+    params = build(str(mdir), seed=0, overrides=TPOT_MODEL)
+    policy = work / "random-qwen3.prior.json"
+    subprocess.run([sys.executable, "-m", "sglang_pask.cli", "policy", "prior", "--model", str(mdir),
+                    "--groups", "2", "--budget", str(a.budget), "--out", str(policy)], check=True,
+                   capture_output=True)
+    tok = AutoTokenizer.from_pretrained(str(mdir))
+    out = {"model": {"params": params, **TPOT_MODEL}, "contexts": {}}
+    for ctx in a.contexts:
+        reqs = tool_requests(tok, a.tpot_requests, ctx, a.seed + ctx)
+        ds = work / f"tpot-{ctx}.jsonl"
+        data = write_dataset(ds, reqs, a.tpot_output_len)
+        slots = a.tpot_requests * (data["prompt_tokens_max"] + a.tpot_output_len) + 256
+        print(f"[tpot {ctx}] {json.dumps(data)}; Full KV slots {slots}", flush=True)
+        res = pair(str(mdir), policy, a.budget, slots, ds, a.tpot_requests, a.tpot_requests, work, f"tpot{ctx}-")
+        out["contexts"][str(ctx)] = {"dataset": data, "full_max_total_tokens": slots, **res}
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cap, tpot = results["capacity"], results["tpot"]["contexts"]
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
+    for i, (key, title) in enumerate((("max_running_req", "max running requests"),
+                                      ("output_throughput", "output throughput (tok/s)"))):
+        names = ["full", *pask_rows(cap)]
+        vals = [cap[n][key] for n in names]
+        ax[i].bar(["Full"] + [f"PASK@{cap['budget']:g}\ninterval {cap[n]['interval']}" for n in names[1:]], vals,
+                  color=["#777777", "#d95f02", "#fdae6b", "#a6761d"][: len(names)])
+        ax[i].set_title(f"{title}\n{cap['full_max_total_tokens']} tokens of KV, {cap['dataset']['requests']} requests")
+        for x, v in enumerate(vals):
+            ax[i].text(x, v, f"{v:.1f}", ha="center", va="bottom")
+    ctxs = list(tpot)
+    w = 0.38
+    for j, (name, color) in enumerate((("full", "#777777"), ("pask", "#d95f02"))):
+        ys = [tpot[c][name]["median_tpot_ms"] for c in ctxs]
+        ax[2].bar([k + (j - 0.5) * w for k in range(len(ctxs))], ys, w, color=color,
+                  label="Full" if name == "full" else f"PASK@{cap['budget']:g}")
+    ax[2].set_xticks(range(len(ctxs)), [f"{c} ctx" for c in ctxs])
+    ax[2].set_title(f"median TPOT (ms), random Qwen3 {results['tpot']['model']['params'] / 1e6:.0f}M")
+    ax[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(results: dict, meta: dict) -> str:
+    cap = results["capacity"]
+    r = cap["ratio"]
+    lines = [f"# Serving at a fixed KV memory: Full KV vs PASK@{cap['budget']:g} (written by bench/server_capacity.py)",
+             "", f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
+             f"{meta['wall_s']:.0f} s).", "",
+             f"## Capacity: `{cap['model']}`, `{cap['policy']}`, {cap['full_max_total_tokens']} tokens of Full KV",
+             "", f"KV bytes: Full {cap['kv_bytes']['full']:,}, PASK {cap['kv_bytes']['pask']:,} (per-unit pools "
+             f"from /server_info; PASK --max-total-tokens {cap['pask_max_total_tokens']}). Workload: "
+             f"{cap['dataset']['requests']} tool requests sent at once, prompts {cap['dataset']['prompt_tokens_min']}-"
+             f"{cap['dataset']['prompt_tokens_max']} tokens, {cap['dataset']['output_tokens']} output tokens each.", "",
+             "| server | max running req | mean running req | output tok/s | req/s | median TPOT ms | median TTFT ms |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in ("full", *pask_rows(cap)):
+        s = cap[name]
+        label = name if name == "full" else f"pask, interval {s['interval']}"
+        lines.append(f"| {label} | {s['max_running_req']} | {s['mean_running_req']} | {s['output_throughput']:.1f} | "
+                     f"{s['request_throughput']:.3f} | {s['median_tpot_ms']:.1f} | {s['median_ttft_ms']:.0f} |")
+    lines += ["", f"Ratios PASK / Full: max running requests **{r['max_running_req']}x** (goal >= 2.5x), output "
+              f"throughput **{r['output_throughput']}x** (goal > 1.5x), mean running {r['mean_running_req']}x "
+              f"(PASK at the server's default compression interval, {cap['pask']['interval']})."]
+    for name in pask_rows(cap)[1:]:
+        q = cap[f"ratio_i{cap[name]['interval']}"]
+        lines.append(f"At interval {cap[name]['interval']}: max running requests {q['max_running_req']}x, output "
+                     f"throughput {q['output_throughput']}x.")
+    lines.append("")
+    t = results["tpot"]
+    m = t["model"]
+    lines += [f"## TPOT: random-weight Qwen3, {m['params'] / 1e6:.1f}M parameters ({m['num_hidden_layers']} layers, "
+              f"hidden {m['hidden_size']}, {m['num_key_value_heads']} KV heads x {m['head_dim']}), prior policy",
+              "", "| context | requests | Full KV tokens | Full median TPOT ms | PASK median TPOT ms | PASK / Full |",
+              "|---:|---:|---:|---:|---:|---:|"]
+    for ctx, c in t["contexts"].items():
+        lines.append(f"| {c['dataset']['prompt_tokens_median']:.0f} (target {ctx}) | {c['dataset']['requests']} | "
+                     f"{c['full_max_total_tokens']} | {c['full']['median_tpot_ms']:.1f} | "
+                     f"{c['pask']['median_tpot_ms']:.1f} | {c['ratio']['median_tpot_ms']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="models/pask-tiny-fc")
+    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--budget", type=float, default=0.33)
+    p.add_argument("--full-tokens", type=int, default=8192, help="Full KV tokens of part 1 (M)")
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=1100)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--contexts", default="2048,4096")
+    p.add_argument("--tpot-requests", type=int, default=4)
+    p.add_argument("--tpot-output-len", type=int, default=32)
+    p.add_argument("--intervals", default="1,16",
+                   help="PASK compression intervals of part 1 (the first is the headline row)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    if a.quick:
+        a.requests, a.contexts, a.tpot_requests, a.tpot_output_len = 16, "1024", 2, 16
+    a.contexts = [int(x) for x in a.contexts.split(",")]
+    a.intervals = [int(x) for x in a.intervals.split(",")]
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="pask-capacity-") as d:
+        results = {"capacity": part_capacity(a, Path(d)), "tpot": part_tpot(a, Path(d))}
+    from sglang_pask.calibrate.pipeline import code_version
+
+    meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    text = report(results, meta)
+    (out / "report.md").write_text(text)
+    plot(results, out / "server_capacity.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Accuracy with KV persistence inside the SGLang server vs the reference runner, same policy,
+# budget and schedule, in one `pask report` table (rows keyed by backend) plus the paired
+# difference per budget. Per budget b (policy P = policies/<model>.b<b>.json, calibrated on the
+# calib split):
+#   server: `make serve POLICY=P SERVE_ARGS="--pask-budget b --pask-schedule S"` (started here and
+#           stopped by PID), scored with `pask eval --backend openai` (the run records what the
+#           server reports it runs; the --method/--budget/--schedule given are checked against it)
+#   runner: `pask eval --backend hf --method pask --policy P --budget b --schedule S`
+# Data: the tiny eval split (synthetic:eval:N:tiny), tool_choice=required, greedy, 128 tokens.
+#   bash bench/server_vs_runner_eval.sh                 # N=200, budgets 0.5 0.33 0.2, schedule prefill
+#   N=20 BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
+# Writes RESULTS/report.md (+ .json, .png: `pask report --group-by backend`), RESULTS/paired.md
+# (bench/paired_table.py: server - runner, paired 95% bootstrap) and RESULTS/wall.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${PORT:-30111}
+source bench/lib_serve.sh
+N=${N:-200}
+BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
+SCHEDULE=${SCHEDULE:-prefill}
+WORKERS=${WORKERS:-4}
+NAME=$(basename "$MODEL")
+OUT=${OUT:-runs/server-vs-runner-$NAME-$SCHEDULE-n$N}
+RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner-n$N}
+COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128 --no-progress)
+mkdir -p "$OUT" "$RESULTS"
+SECONDS=0
+for b in $BUDGETS; do
+  policy=policies/$NAME.b$b.json
+  POLICY=$policy SERVE_ARGS="--pask-budget $b --pask-schedule $SCHEDULE --sleep-on-idle" ensure_server
+  echo "[$SECONDS s] server, budget $b: pask eval --backend openai ($N entries, $WORKERS workers)"
+  .venv/bin/pask eval --backend openai --base-url "http://$HOST:$PORT/v1" --method pask --budget "$b" \
+    --schedule "$SCHEDULE" --workers "$WORKERS" "${COMMON[@]}" --out "$OUT/server-$b" | tail -n 1
+  stop_started_server
+  started_pid=""
+  echo "[$SECONDS s] runner, budget $b: pask eval --backend hf"
+  .venv/bin/pask eval --backend hf --model "$MODEL" --method pask --policy "$policy" --budget "$b" \
+    --schedule "$SCHEDULE" "${COMMON[@]}" --out "$OUT/hf-$b" | tail -n 1
+done
+.venv/bin/pask report "$OUT"/server-* "$OUT"/hf-* --group-by backend --out "$RESULTS" | tail -n 1
+.venv/bin/python bench/paired_table.py --runs "server=$OUT/server-{b}" --baseline "runner=$OUT/hf-{b}" \
+  --budgets "$(echo $BUDGETS | tr ' ' ',')" --out "$RESULTS/paired.md"
+cat "$RESULTS/paired.md"
+echo "wall ${SECONDS}s ($(nproc) cpus; N=$N, budgets $BUDGETS, schedule $SCHEDULE)" | tee "$RESULTS/wall.txt"
