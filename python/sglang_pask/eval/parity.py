@@ -55,22 +55,50 @@ def runner_trace(runner, body: dict, units: Sequence[Sequence[int]], max_new_tok
     return {"prompt_ids": list(res.prompt_ids), "output_ids": list(res.token_ids), "compressions": comps}
 
 
+def _aligned(s: list, r: list) -> bool:
+    return len(r) - len(s) in (0, 1) and r[:len(s)] == s
+
+
+def first_token_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first output index where the two differ (a length difference counts), None if equal."""
+    d = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if d is None and len(a) != len(b):
+        d = min(len(a), len(b))
+    return d
+
+
 def compare(server: dict, runner: dict) -> dict:
-    """``{"tokens_equal", "kept_equal", "first_diff"}`` for one request's two traces."""
+    """One request's two traces: ``tokens_equal``; ``kept_equal`` (every compression);
+    ``kept_equal_until_divergence``: every compression both engines made from identical inputs,
+    i.e. at decode steps ``<= token_diff`` (the first differing output token: a compression at step
+    k sees output tokens 0..k-1), so a divergence of the generated tokens -- which changes the
+    classes and lengths every later compression sees -- is not counted twice; ``first_diff``: the
+    first differing compression (index), ``token_diff``."""
     s, r = server["compressions"], runner["compressions"]
-    aligned = len(r) - len(s) in (0, 1) and r[:len(s)] == s
     first = next((i for i, (a, b) in enumerate(zip(s, r)) if a != b), None)
-    if first is None and not aligned:
+    if first is None and not _aligned(s, r):
         first = min(len(s), len(r))
-    return {"tokens_equal": server["output_ids"] == runner["output_ids"], "kept_equal": aligned,
-            "compressions": len(s), "first_diff": first}
+    d = first_token_diff(server["output_ids"], runner["output_ids"])
+    if d is None:
+        until = _aligned(s, r)
+    else:
+        until = [c for c in s if c[0] <= d] == [c for c in r if c[0] <= d]
+    return {"tokens_equal": d is None, "kept_equal": _aligned(s, r), "kept_equal_until_divergence": until,
+            "compressions": len(s), "first_diff": first, "token_diff": d,
+            "output_tokens": [len(server["output_ids"]), len(runner["output_ids"])]}
 
 
 def summarize(rows: list[dict]) -> dict:
     n = len(rows)
-    tok = sum(r["tokens_equal"] for r in rows)
-    kept = sum(r["kept_equal"] for r in rows)
-    return {"requests": n, "tokens_identical": tok, "kept_identical": kept,
-            "tokens_identical_pct": round(100.0 * tok / max(n, 1), 2),
-            "kept_identical_pct": round(100.0 * kept / max(n, 1), 2),
+
+    def count(key):
+        return sum(bool(r.get(key)) for r in rows)
+
+    def pct(k):
+        return round(100.0 * k / max(n, 1), 2)
+
+    tok, kept, until = count("tokens_equal"), count("kept_equal"), count("kept_equal_until_divergence")
+    return {"requests": n, "tokens_identical": tok, "kept_identical": kept, "kept_identical_until_divergence": until,
+            "tokens_identical_pct": pct(tok), "kept_identical_pct": pct(kept),
+            "kept_identical_until_divergence_pct": pct(until),
             "compressions_compared": sum(r["compressions"] for r in rows)}
