@@ -28,3 +28,44 @@ def test_start_failure_reports_log():
     with pytest.raises(ServerStartError, match="server exited"):
         with running_server(str(TINY_RANDOM), ["--no-such-flag"]):
             pass
+
+
+def test_ctrl_c_stops_make_serve_cleanly(tmp_path):
+    """Ctrl-C in the terminal (SIGINT to the whole foreground process group) stops `make serve`
+    with a policy: every process exits, nothing prints a traceback."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import requests
+    from conftest import DEFAULT_POLICY, ROOT
+    from sglang_pask.testing import free_port
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["make", "-s", "serve", f"MODEL={TINY_RANDOM}", f"PORT={port}",
+                                 f"POLICY={DEFAULT_POLICY}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(pids) >= 3, log.read_text()[-2000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0  # a requested stop: make prints no error line
+        time.sleep(1)
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        text = log.read_text()
+        assert not alive, f"still alive: {alive}"
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -99,3 +99,18 @@ def test_server_still_serves_after_bad_request(client):
         model="default", messages=[{"role": "user", "content": "again"}], max_tokens=4, temperature=0
     )
     assert r.choices[0].message.content is not None
+
+
+def test_bad_tool_schema_is_one_line(pask_server):
+    """A tool whose parameters are not a JSON Schema: 400 with SGLang's first line and the location,
+    not the metaschema dump (srt/error_hooks.py)."""
+    import requests
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "dict"}}}}}
+    r = requests.post(f"{pask_server.base_url}/chat/completions", timeout=60, json={
+        "model": "default", "messages": [{"role": "user", "content": "x"}], "tools": [tool], "max_tokens": 4})
+    assert r.status_code == 400
+    msg = r.json()["message"]
+    assert msg == ("Tool 0 function has invalid 'parameters' schema: 'dict' is not valid under any of the given "
+                   "schemas (at schema['properties']['x']['type'])"), msg

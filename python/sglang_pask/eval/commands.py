@@ -17,8 +17,10 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", help="openai: server URL ending in /v1, e.g. http://127.0.0.1:30000/v1")
     p.add_argument("--model", help="openai: served model name (default: the server's first); hf: model DIR")
     p.add_argument("--api-key", default="EMPTY", help="openai: API key sent to the server")
-    p.add_argument("--method", help="KV method (hf); with openai: what a PASK server reports, else a label (report rows)")
-    p.add_argument("--budget", type=float, help="KV budget in (0, 1] (hf); with openai: what a PASK server reports, else a label (default 1.0)")
+    p.add_argument("--method", help="KV method (hf); with openai: what a PASK server reports (checked if given), "
+                   "else a label (report rows)")
+    p.add_argument("--budget", type=float, help="KV budget in (0, 1] (hf); with openai: what a PASK server reports "
+                   "(checked if given), else a label (default 1.0)")
     p.add_argument("--policy", help="policy file (hf); with openai a label")
     from sglang_pask.methods import SCHEDULES  # light: the registry (numpy only), no model code
 

@@ -161,10 +161,11 @@ def _enable_pask_hooks(apply_now: bool) -> None:
     if _hooks_enabled:
         return
     _hooks_enabled = True
-    from sglang_pask.srt import persist_hooks, tag_hooks
+    from sglang_pask.srt import error_hooks, persist_hooks, tag_hooks
 
     tag_hooks.register_hooks()
     persist_hooks.register_hooks()
+    error_hooks.register_hooks()
     if apply_now:
         from sglang.srt.plugins.hook_registry import HookRegistry
 
@@ -174,6 +175,10 @@ def _enable_pask_hooks(apply_now: bool) -> None:
 def register() -> None:
     """Entry point SGLang runs in every process. Only registers hooks; imports nothing heavy."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from sglang_pask.launch_server import child_ignores_ctrl_c
+
+    child_ignores_ctrl_c()
 
     HookRegistry.register(_ADD_CLI_ARGS, _add_flag, HookType.AFTER)
     HookRegistry.register(_FROM_CLI_ARGS, _capture, HookType.AROUND)
