@@ -174,7 +174,7 @@ def test_cli_hf_needs_a_model_folder(capsys):
         cli.main(["eval", "--data", "synthetic:eval:2", "--backend", "hf", "--model", "m", "--out", "/nonexistent/x"])
         == 2
     )
-    assert "--backend hf needs --model DIR, a local HF model folder; got 'm'" in capsys.readouterr().err
+    assert "pask eval: error: --model m: no such model folder" in capsys.readouterr().err
     with pytest.raises(BackendUnavailable):
         backend_class("nope")
 

@@ -59,3 +59,13 @@ def test_openai_backend_no_server(tmp_path, capsys):
     ]
     assert cli.main(argv) == 2
     assert "cannot reach the server" in capsys.readouterr().err
+
+
+def test_openai_backend_hints_v1(pask_server, tmp_path, capsys):
+    """A base URL without /v1 gets the hint, in one line."""
+    argv = ["eval", "--data", "synthetic:eval:2", "--backend", "openai", "--base-url", pask_server.url,
+            "--no-progress", "--out", str(tmp_path / "run")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"answered HTTP 404 (OpenAI-compatible servers answer under /v1: try --base-url "
+                        f"{pask_server.url}/v1)") and len(err.splitlines()) == 1, err

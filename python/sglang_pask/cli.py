@@ -64,8 +64,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _path_error(args: argparse.Namespace) -> str | None:
+    """The first bad ``--model`` / ``--policy`` / ``--request`` path (see :mod:`sglang_pask.paths`).
+    ``pask eval --backend openai --model`` names a served model, not a folder."""
+    from sglang_pask.paths import file_error, model_dir_error
+
+    served = getattr(args, "backend", None) == "openai"  # --model / --policy are labels there
+    model = getattr(args, "model", None)
+    if model and not served and (err := model_dir_error(model)):
+        return err
+    for flag in ("request",) if served else ("policy", "request"):
+        value = getattr(args, flag, None)
+        if isinstance(value, str) and (err := file_error(value, f"--{flag}")):
+            return err
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if err := _path_error(args):
+        print(f"pask {args.command}: error: {err}", file=sys.stderr)
+        return 2
     return COMMANDS[args.command][2](args)
 
 

@@ -66,7 +66,10 @@ class OpenAIBackend(Backend):
         except (self._openai.APIConnectionError, self._openai.APITimeoutError) as e:
             raise BackendError(f"cannot reach the server at {self.base_url}: {e}") from None
         except self._openai.APIStatusError as e:
-            raise BackendError(f"{self.base_url}/models answered HTTP {e.status_code}") from None
+            hint = ""
+            if e.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
+                hint = f" (OpenAI-compatible servers answer under /v1: try --base-url {self.base_url.rstrip('/')}/v1)"
+            raise BackendError(f"{self.base_url}/models answered HTTP {e.status_code}{hint}") from None
         if not models:
             raise BackendError(f"{self.base_url}/models lists no model; pass --model")
         return models[0].id
