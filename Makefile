@@ -17,6 +17,9 @@ PORT ?= 30000
 MAX_TOTAL_TOKENS ?= 65536
 POLICY ?=
 SERVE_ARGS ?=
+# SGLang's tool strict level: 0 (SGLang's default) constrains tool calls to the declared tool names
+# only; 2 also constrains every call's arguments to the tool's JSON schema (as "strict": true does)
+TOOL_STRICT ?= 0
 PYTEST_ARGS ?=
 
 .PHONY: install serve test bench lint model clean-venv
@@ -35,9 +38,10 @@ $(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requi
 
 serve: install
 	@echo "sglang_pask: serving $(MODEL) at http://$(HOST):$(PORT)/v1 (OpenAI-compatible; Ctrl-C stops)"
-	@echo "  try: curl -s http://$(HOST):$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
-	@echo "         -d '{\"model\": \"default\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 16}'"
-	exec $(PY) -m sglang_pask.launch_server --model-path $(MODEL) --host $(HOST) --port $(PORT) \
+	@echo "  try: the tool-call example of README.md (First run); models/pask-tiny-fc knows only the synthetic"
+	@echo "  'tiny' function-calling task (one call of one or two tools), plain chat gets noise"
+	SGLANG_TOOL_STRICT_LEVEL=$(TOOL_STRICT) exec $(PY) -m sglang_pask.launch_server --model-path $(MODEL) \
+		--host $(HOST) --port $(PORT) \
 		--tool-call-parser qwen --max-total-tokens $(MAX_TOTAL_TOKENS) \
 		--constrained-json-disable-any-whitespace \
 		$(if $(POLICY),--pask-policy $(POLICY)) $(SERVE_ARGS)
