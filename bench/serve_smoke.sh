@@ -19,7 +19,7 @@ $PY -m sglang_pask.cpu_shim.bench_serving --backend sglang --host "$HOST" --port
   --model "$MODEL" --tokenizer "$MODEL" --dataset-name random-ids \
   --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" --random-range-ratio 1.0 \
   --num-prompts "$NUM_PROMPTS" --max-concurrency "$CONCURRENCY" --seed 1 \
-  --output-file "$OUT/result.jsonl" >"$OUT/bench.log" 2>&1 || { tail -n 40 "$OUT/bench.log"; exit 1; }
+  --output-file "$OUT/result.jsonl" 2>&1 | tee "$OUT/bench.log"   # bench_serving's own progress and table
 
 $PY - "$OUT/result.jsonl" <<'PYEOF'
 import json, sys

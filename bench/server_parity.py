@@ -34,6 +34,7 @@ from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.eval.parity import compare, runner_trace, server_traces, summarize
 from sglang_pask.testing import running_server
+from tqdm import tqdm
 
 
 def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir):
@@ -43,7 +44,7 @@ def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, m
             "--pask-kept-log", kept, "--pask-tag-log", tags, "--log-level", "warning"]
     with running_server(model, args) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="none")
-        for body in bodies:
+        for body in tqdm(bodies, desc=f"server {method}@{budget:g}", unit="req", file=sys.stderr):
             client.chat.completions.create(model="default", max_tokens=max_tokens, temperature=0,
                                            **body)
         time.sleep(1.0)  # the scheduler writes the output record when the KV is released
@@ -71,7 +72,7 @@ def run_budget(a, budget, entries, method=None):
                     method_options={"schedule": a.schedule, "interval": a.interval})
     units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
     rows = []
-    for e, body in zip(entries, bodies):
+    for e, body in tqdm(list(zip(entries, bodies)), desc=f"runner {method}@{budget:g}", unit="req", file=sys.stderr):
         ref = runner_trace(runner, body, units, a.max_tokens)
         got = served.get(tuple(ref["prompt_ids"]))
         if got is None:

@@ -23,7 +23,7 @@ WORKERS=${WORKERS:-4}
 NAME=$(basename "$MODEL")
 OUT=${OUT:-runs/server-vs-runner-$NAME-$SCHEDULE-n$N}
 RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner-n$N}
-COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128 --no-progress)
+COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128)
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 for b in $BUDGETS; do

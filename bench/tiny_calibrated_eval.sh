@@ -18,7 +18,7 @@ SECONDS=0
 for b in $BUDGETS; do
   .venv/bin/pask eval --backend hf --model "$MODEL" --data "synthetic:eval:$N:tiny" --method pask \
     --policy "policies/$(basename "$MODEL").b$b.json" --budget "$b" --schedule prefill \
-    --tool-choice required --max-tokens 128 --no-progress --out "$OUT/pask-prefill-$b" &
+    --tool-choice required --max-tokens 128 --out "$OUT/pask-prefill-$b" &
   while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n; done
 done
 wait

@@ -20,6 +20,6 @@ ensure_server
 start=$(date +%s)
 .venv/bin/pask eval --data "synthetic:eval:$N:$PROFILE" --backend openai --base-url "http://$HOST:$PORT/v1" \
   --method full --tool-choice "$TOOL_CHOICE" --max-tokens "$MAX_TOKENS" --workers "$WORKERS" \
-  --no-progress --out "$OUT"
+  --out "$OUT"
 echo "tiny_server_eval: $MODEL, tool_choice=$TOOL_CHOICE, $N entries, $(( $(date +%s) - start )) s; results in $OUT"
 .venv/bin/pask report "$OUT" --out "$RESULTS" | tail -n 1
