@@ -24,7 +24,7 @@ from sglang_pask.eval.data import Entry, load_spec
 from sglang_pask.eval.harness import Settings, build_request, score_entry
 from sglang_pask.eval.hf_backend import HFBackend, bind_runner, runner_body
 
-__all__ = ["score", "gold_nll", "GoldNLL", "load_runner", "as_settings"]
+__all__ = ["generate", "score", "gold_nll", "GoldNLL", "load_runner", "as_settings"]
 
 
 def load_runner(model, **kwargs):
@@ -33,6 +33,16 @@ def load_runner(model, **kwargs):
     from sglang_pask.hf import Runner
 
     return Runner(model, **{"grammar": "sglang", **kwargs})
+
+
+def generate(model, request: dict, method="full", *, budget: float | None = None, policy=None,
+             schedule: str | None = None, max_new_tokens: int = 128, **method_options):
+    """One OpenAI chat request body (``messages``, ``tools``, ``tool_choice``, ...) through the
+    reference runner under ``method`` (as :func:`score`); returns its
+    :class:`~sglang_pask.hf.result.Result`: ``text``, ``tool_calls``, ``kept`` (per layer group,
+    the positions held at the end), ``kv_bytes``, ``compressions``. Greedy."""
+    runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule, **method_options)
+    return runner.generate(request, max_new_tokens=max_new_tokens)
 
 
 def as_settings(settings: Union[Settings, dict, None]) -> Settings:
