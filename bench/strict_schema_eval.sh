@@ -25,12 +25,12 @@ for split in $SPLITS; do
     # run folders are named <label>-<budget> for bench/paired_table.py (Full KV: budget 1)
     .venv/bin/pask eval --backend openai --base-url "http://$HOST:$PORT/v1" --method full \
       --data "synthetic:$split:$N:tiny" --tool-choice required --max-tokens 128 --workers "$WORKERS" \
-      --no-progress --out "$OUT/$split-strict$level-1" | tail -n 1
+      --out "$OUT/$split-strict$level-1" | tail -n 1
     stop_started_server
     started_pid=""
   done
-  .venv/bin/python bench/paired_table.py --runs "strict (TOOL_STRICT=2)=$OUT/$split-strict2-{b}" \
-    --baseline "off (TOOL_STRICT=0)=$OUT/$split-strict0-{b}" --budgets 1 --out "$RESULTS/$split.md"
+  .venv/bin/python bench/paired_table.py --runs "strict, level 2=$OUT/$split-strict2-{b}" \
+    --baseline "off, level 0=$OUT/$split-strict0-{b}" --budgets 1 --out "$RESULTS/$split.md"
   echo "$split split:"; cat "$RESULTS/$split.md"
 done
 echo "wall ${SECONDS}s ($(nproc) cpus; N=$N, splits $SPLITS)" | tee "$RESULTS/wall.txt"
