@@ -107,10 +107,10 @@ def test_bad_tool_schema_is_one_line(pask_server):
     import requests
 
     tool = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "dict"}}}}}
+        "type": "object", "properties": {"x": {"type": "nope"}}}}}  # ("dict" SGLang rewrites to "object")
     r = requests.post(f"{pask_server.base_url}/chat/completions", timeout=60, json={
         "model": "default", "messages": [{"role": "user", "content": "x"}], "tools": [tool], "max_tokens": 4})
     assert r.status_code == 400
     msg = r.json()["message"]
-    assert msg == ("Tool 0 function has invalid 'parameters' schema: 'dict' is not valid under any of the given "
+    assert msg == ("Tool 0 function has invalid 'parameters' schema: 'nope' is not valid under any of the given "
                    "schemas (at schema['properties']['x']['type'])"), msg
