@@ -1,5 +1,6 @@
 """A missing model folder, policy or request file is one line naming the flag, before anything
-heavy loads (no torch, no SGLang imported), for ``pask`` and for the server launcher."""
+heavy loads (no torch, no SGLang imported), for ``pask`` and for the server launcher. The wall
+time is printed (0.1-0.5 s on 2 cores); what the test asserts is that nothing heavy was imported."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def test_bad_path_is_one_line_before_heavy_imports(name):
     print(f"{name}: rc {r.returncode}, {wall:.2f} s: {lines[0] if lines else ''}")
     assert r.returncode == 2 and r.stdout == ""
     assert len(lines) == 2 and expected in lines[0] and "error:" in lines[0], r.stderr
-    assert lines[1] == "HEAVY []", lines[1]
-    assert wall < 2.0
+    assert lines[1] == "HEAVY []", lines[1]  # what makes it fast: checked before torch/SGLang load
+    assert wall < 10.0  # a sanity bound, not a speed target (measured: 0.1-0.5 s; printed above)
 
 
 def test_path_rules(tmp_path):
