@@ -1,0 +1,95 @@
+"""Structure tags in SGLang's radix tree (issue 13, first part; not wired into the server yet: a
+policy still turns the radix cache off).
+
+:class:`PaskFullComponent` is SGLang's ``FullComponent`` (the FULL component of the unified radix
+cache, selected through ``CacheInitParams.component_registry_override``) plus run-length structure
+classes in each node's ``component_data[FULL].metadata[KEY]``:
+
+* before an insert, ``prepare_for_caching_req`` puts the request's classes of positions
+  ``0 .. token_ids_len - 1`` on the insert params (``params.pask_classes``, int64 ``[n]``);
+* a new leaf covers the inserted key's last ``len(node.key)`` positions, and gets their runs
+  (``commit_insert_component_data``, called once per insert on the leaf);
+* a split gives the new parent the first ``len(new_parent.key)`` positions' runs and the child the
+  rest (``redistribute_on_node_split``).
+
+Invariant: a stamped node's runs cover exactly ``len(node.key)`` tokens, so the runs on the path
+root -> node are the classes of the cached prefix (:func:`path_classes`). Runs are
+``[[class, count], ...]`` as :func:`.request_tags.encode_runs` writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
+
+from sglang_pask.srt.request_tags import decode_runs, encode_runs
+
+KEY = "pask_runs"
+
+
+def runs_total(runs: Sequence[Sequence[int]]) -> int:
+    return int(sum(n for _, n in runs))
+
+
+def split_runs(runs: Sequence[Sequence[int]], at: int) -> tuple[list[list[int]], list[list[int]]]:
+    """``(first at tokens, the rest)`` of ``runs``; ``0 <= at <= runs_total(runs)``."""
+    if not 0 <= at <= runs_total(runs):
+        raise ValueError(f"split at {at} outside runs of {runs_total(runs)} tokens")
+    left: list[list[int]] = []
+    right: list[list[int]] = []
+    seen = 0
+    for c, n in runs:
+        take = min(max(at - seen, 0), n)
+        if take:
+            left.append([int(c), int(take)])
+        if n - take:
+            right.append([int(c), int(n - take)])
+        seen += n
+    return left, right
+
+
+class PaskFullComponent(FullComponent):
+    """FULL, carrying the structure classes of the tokens each node holds (see the module)."""
+
+    def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
+        out = super().prepare_for_caching_req(req, insert_params, token_ids_len, is_finished)
+        try:
+            from sglang_pask.srt.request_tags import tags_of
+
+            insert_params.pask_classes = tags_of(req).classes(req, int(token_ids_len))
+        except Exception:  # tags must never break caching: the node stays untagged
+            insert_params.pask_classes = None
+        return out
+
+    def commit_insert_component_data(self, node, is_new_leaf, params, result, cache_actions):
+        super().commit_insert_component_data(node, is_new_leaf, params, result, cache_actions)
+        classes = getattr(params, "pask_classes", None)
+        if not is_new_leaf or classes is None:
+            return
+        end = len(params.key)
+        start = end - len(node.key)
+        if start >= 0 and len(classes) >= end:
+            node.component_data[self.component_type].metadata[KEY] = encode_runs(classes[start:end])
+
+    def redistribute_on_node_split(self, new_parent, child):
+        super().redistribute_on_node_split(new_parent, child)
+        meta = child.component_data[self.component_type].metadata
+        runs = meta.get(KEY)
+        if runs is not None:
+            left, right = split_runs(runs, len(new_parent.key))
+            new_parent.component_data[self.component_type].metadata[KEY] = left
+            meta[KEY] = right
+
+
+def path_classes(node, component_type) -> Optional[np.ndarray]:
+    """int64 classes of the prefix root -> ``node`` (None when a node on the path is untagged)."""
+    parts = []
+    while node is not None and node.parent is not None:  # the root holds no tokens
+        runs = node.component_data[component_type].metadata.get(KEY)
+        if runs is None or runs_total(runs) != len(node.key):
+            return None
+        parts.append(decode_runs(runs))
+        node = node.parent
+    return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int64)
