@@ -6,6 +6,8 @@ An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer
   ``bfcl:all``                          the 8 AST categories
   ``bfcl:simple_python,live_multiple``  a comma list of them
   ``synthetic:SPLIT:N[:PROFILE]``       N generated entries of split train|calib|eval (synthetic.py)
+  ``synthetic:SPLIT:N[:PROFILE]:group=K`` the same in blocks of K (1..64) consecutive entries
+                                        sharing one tools block, e.g. ``synthetic:eval:200:tiny:group=10``
   ``file:PATH``                         a directory written by ``synthetic.write_dataset`` (or any
                                         ``<category>.jsonl`` + ``possible_answer/<category>.jsonl``)
 
@@ -80,19 +82,39 @@ def load_dir(path: str | Path) -> list[Entry]:
     return out
 
 
+def _parse_synthetic(spec: str, rest: str) -> dict:
+    form = "synthetic:SPLIT:N[:PROFILE][:group=K]"
+    parts = rest.split(":")
+    options = {}
+    while len(parts) > 2 and "=" in parts[-1]:
+        key, _, value = parts.pop().partition("=")
+        if key != "group" or key in options:
+            raise ValueError(f"bad spec {spec!r}: unknown or repeated option {key!r} (expected {form})")
+        options[key] = value
+    if len(parts) not in (2, 3) or not parts[1].isdigit():
+        raise ValueError(f"bad spec {spec!r}: expected {form}")
+    profile = parts[2] if len(parts) == 3 else "bfcl_like"
+    out = {"spec": spec, "kind": "synthetic", "split": parts[0], "n": int(parts[1]), "profile": profile}
+    if "group" in options:
+        from sglang_pask.eval.synthetic import GROUP_MAX
+
+        value = options["group"]
+        if not (value.isdigit() and 1 <= int(value) <= GROUP_MAX):
+            raise ValueError(f"bad spec {spec!r}: group={value!r} must be an integer in [1, {GROUP_MAX}]")
+        out["group"] = int(value)
+    return out
+
+
 def parse_spec(spec: str) -> dict:
     """The ``--data`` spec resolved: ``{"spec", "kind", ...}`` with ``categories`` (bfcl),
-    ``split`` / ``n`` / ``profile`` (synthetic) or ``path`` (file). Raises ValueError if malformed."""
+    ``split`` / ``n`` / ``profile`` and, when the spec names it, ``group`` (synthetic) or ``path``
+    (file). Raises ValueError if malformed."""
     kind, _, rest = spec.partition(":")
     if kind == "bfcl":
         cats = list(BFCL_CATEGORIES) if rest in ("", "all") else [c.strip() for c in rest.split(",") if c.strip()]
         return {"spec": spec, "kind": kind, "categories": cats}
     if kind == "synthetic":
-        parts = rest.split(":")
-        if len(parts) not in (2, 3) or not parts[1].isdigit():
-            raise ValueError(f"bad spec {spec!r}: expected synthetic:SPLIT:N[:PROFILE]")
-        profile = parts[2] if len(parts) == 3 else "bfcl_like"
-        return {"spec": spec, "kind": kind, "split": parts[0], "n": int(parts[1]), "profile": profile}
+        return _parse_synthetic(spec, rest)
     if kind == "file":
         return {"spec": spec, "kind": kind, "path": rest}
     raise ValueError(f"bad data spec {spec!r}: expected bfcl:..., synthetic:SPLIT:N or file:DIR")
@@ -106,5 +128,5 @@ def load_spec(spec: str) -> list[Entry]:
     if d["kind"] == "synthetic":
         from sglang_pask.eval import synthetic
 
-        return synthetic.generate(split=d["split"], n=d["n"], profile=d["profile"])
+        return synthetic.generate(split=d["split"], n=d["n"], profile=d["profile"], group=d.get("group", 1))
     return load_dir(d["path"])

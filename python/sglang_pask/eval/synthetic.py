@@ -9,6 +9,18 @@ Entry ``i`` of a split has category ``categories[i % len(categories)]`` and id
 ``<category>_<split>_<i>``; entry ``i`` does not depend on ``n``, so ``eval:20`` is a prefix of
 ``eval:200``.
 
+Grouped (``group`` K > 1, to measure prefix sharing of the tools block across requests): entries
+come in blocks of K consecutive indices; block ``b = i // K`` has one category,
+``categories[b % len(categories)]``, and one list of docs drawn and shuffled once from the block's
+own seed (``.../<SPLIT_OFFSET[split] + b>/group<K>``), so its K entries list byte-identical
+``function`` JSON in the same order. Each entry draws its own calls, values and query over those
+docs (the category's plan, over the docs in an order of its own, so a ``multiple`` block calls
+different docs) from seed ``.../<SPLIT_OFFSET[split] + i>/group<K>/<attempt>``, redrawn until the
+query hashes into the split and (while the docs allow) differs from the block's earlier queries.
+Ids are ``<category>_<split>_g<K>_<i>``; entry ``i`` depends on its block only, so grouped
+``eval:20`` is a prefix of grouped ``eval:200``. ``group=1`` (default) is the ungrouped set,
+unchanged.
+
 Splits: ``train``, ``calib`` and ``eval`` use disjoint seed ranges (entry ``i`` of a split is
 drawn from seed ``SPLIT_OFFSET[split] + i``, offsets 10**8 apart, combined with the ``seed`` knob
 and the profile through a string seed) and, in addition, a candidate entry is kept only when
@@ -36,18 +48,21 @@ Knobs (:class:`SynthConfig`; a profile is a preset, keyword overrides are valida
                            bool, enum, array_str, array_int, object (nested)
   short_values             one- or two-token values (codes like ``K7``) instead of longer ones
   terse                    no "Default is ..." sentence in parameter descriptions
+  group                    K in [1, 64]: K consecutive entries share one tools block (above)
 Preset "tiny" (a small model trained on the train split): 1-2 params, 2 docs, 2-3 calls, no
 namespaces, no long descriptions, always synonyms, distractors always share a word, short
 values, terse descriptions. Rendered with models/tiny-random-qwen3's tokenizer and chat template
 (139 tokens of template alone) prompts are p10/median/p90 ~210/305/405 tokens over 400 train
 entries; simple and parallel are shortest (median ~235-260), parallel_multiple longest.
 
-Use: ``pask eval --data synthetic:eval:200[:tiny]`` generates on the fly; ``pask synth --split train
---n 5000 --profile tiny --out DIR`` writes files, read back with ``--data file:DIR``.
+Use: ``pask eval --data synthetic:eval:200[:tiny][:group=10]`` generates on the fly; ``pask synth
+--split train --n 5000 --profile tiny --out DIR`` writes files, read back with ``--data file:DIR``
+(``write_dataset(..., group=K)`` writes a grouped set; ``pask synth`` has no ``--group`` flag).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -73,6 +88,7 @@ CATEGORIES = ("synthetic_simple", "synthetic_multiple", "synthetic_parallel", "s
 SPLITS = ("train", "calib", "eval")
 SPLIT_OFFSET = {s: k * 10**8 for k, s in enumerate(SPLITS)}
 KINDS = tuple(sorted(set(V.SCHEMA_TYPE)))
+GROUP_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,7 @@ class SynthConfig:
     kinds: tuple = KINDS
     short_values: bool = False
     terse: bool = False
+    group: int = 1
 
     def __post_init__(self):
         for k in (
@@ -108,6 +125,8 @@ class SynthConfig:
             a, b = getattr(self, k)
             if not lo <= a <= b <= hi:
                 raise ValueError(f"{k}={(a, b)} must satisfy {lo} <= min <= max <= {hi}")
+        if not (isinstance(self.group, int) and not isinstance(self.group, bool) and 1 <= self.group <= GROUP_MAX):
+            raise ValueError(f"group={self.group!r} must be an integer in [1, {GROUP_MAX}]")
         if not self.categories or set(self.categories) - set(CATEGORIES):
             raise ValueError(f"categories must be a non-empty subset of {CATEGORIES}")
         if not self.kinds or set(self.kinds) - set(KINDS):
@@ -293,13 +312,19 @@ def _call(rng: random.Random, doc: dict, cfg: SynthConfig, avoid: set) -> tuple[
     return args, {doc["name"]: gt}, clause
 
 
-def _draw(rng: random.Random, category: str, cfg: SynthConfig) -> tuple[list[dict], list[dict], str]:
-    """(docs, ground_truth, query) for one entry of ``category``."""
+def _draw_docs(rng: random.Random, category: str, cfg: SynthConfig) -> list[dict]:
+    """The docs (private fields kept) of one entry of ``category``, in drawing order."""
     if category in ("synthetic_simple", "synthetic_parallel"):
         n_docs = 1
     else:
         n_docs = rng.randint(*cfg.n_functions)
-    docs = [_make_doc(rng, v, n, cfg) for v, n in _pairs(rng, n_docs, cfg)]
+    return [_make_doc(rng, v, n, cfg) for v, n in _pairs(rng, n_docs, cfg)]
+
+
+def _draw_calls(rng: random.Random, category: str, docs: list[dict], cfg: SynthConfig) -> tuple[list[dict], str]:
+    """(ground_truth, query) of one entry of ``category`` calling into ``docs``: simple / multiple
+    call ``docs[0]``, parallel calls it several times, parallel_multiple calls a prefix of two or
+    more of ``docs`` (calls in ``docs`` order)."""
     if category == "synthetic_simple" or category == "synthetic_multiple":
         plan = [docs[0]]
     elif category == "synthetic_parallel":
@@ -320,38 +345,84 @@ def _draw(rng: random.Random, category: str, cfg: SynthConfig) -> tuple[list[dic
         else:
             sentences.append(f"{doc['_verb'].capitalize()} the {doc['_noun']} with {clause}.")
         prev = doc
+    return gts, " ".join(sentences)
+
+
+def _draw(rng: random.Random, category: str, cfg: SynthConfig) -> tuple[list[dict], list[dict], str]:
+    """(docs, ground_truth, query) for one ungrouped entry of ``category``."""
+    docs = _draw_docs(rng, category, cfg)
+    gts, query = _draw_calls(rng, category, docs, cfg)
     rng.shuffle(docs)  # the called doc is not always listed first
-    return [_public(d) for d in docs], gts, " ".join(sentences)
+    return [_public(d) for d in docs], gts, query
 
 
 def _split_of(query: str) -> str:
     return SPLITS[int(hashlib.sha256(query.encode()).hexdigest(), 16) % len(SPLITS)]
 
 
+def _row(category: str, eid: str, docs: list[dict], gts: list[dict], query: str) -> tuple[str, dict, dict]:
+    prompt = {"id": eid, "question": [[{"role": "user", "content": query}]], "function": docs}
+    return category, prompt, {"id": eid, "ground_truth": gts}
+
+
+def _entry(split: str, i: int, cfg: SynthConfig) -> tuple[str, dict, dict]:
+    """Entry ``i`` of ``split`` with ``group == 1``."""
+    category = cfg.categories[i % len(cfg.categories)]
+    for attempt in range(1000):
+        rng = random.Random(f"pask-synth/{cfg.profile}/{cfg.seed}/{SPLIT_OFFSET[split] + i}/{attempt}")
+        docs, gts, query = _draw(rng, category, cfg)
+        if _split_of(query) == split:
+            return _row(category, f"{category}_{split}_{i}", docs, gts, query)
+    raise RuntimeError(f"{split}[{i}]: no query hashed into the split")
+
+
+def _block(split: str, b: int, cfg: SynthConfig) -> list[tuple[str, dict, dict]]:
+    """The ``group`` entries of block ``b`` of ``split``: one category, one list of docs (drawn
+    and shuffled once from the block's seed), each entry its own calls and query over them."""
+    k = cfg.group
+    category = cfg.categories[b % len(cfg.categories)]
+    brng = random.Random(f"pask-synth/{cfg.profile}/{cfg.seed}/{SPLIT_OFFSET[split] + b}/group{k}")
+    shared = _draw_docs(brng, category, cfg)
+    brng.shuffle(shared)
+    rows, seen = [], set()
+    for i in range(b * k, (b + 1) * k):
+        fallback = None
+        for attempt in range(1000):
+            rng = random.Random(f"pask-synth/{cfg.profile}/{cfg.seed}/{SPLIT_OFFSET[split] + i}/group{k}/{attempt}")
+            # the category's plan over the shared docs in an order of this entry's own (so which
+            # doc a multiple entry calls varies within the block); the listed order stays shared
+            gts, query = _draw_calls(rng, category, rng.sample(shared, len(shared)), cfg)
+            if _split_of(query) != split:
+                continue
+            if query not in seen:
+                break
+            fallback = fallback or (gts, query)
+        else:
+            if fallback is None:
+                raise RuntimeError(f"{split}[{i}]: no query hashed into the split")
+            gts, query = fallback  # the docs allow no new query: repeat the first in-split one
+        seen.add(query)
+        docs = [_public(d) for d in copy.deepcopy(shared)]  # the entry's own objects, the same JSON
+        rows.append(_row(category, f"{category}_{split}_g{k}_{i}", docs, gts, query))
+    return rows
+
+
 def generate_rows(
     split: str, n: int, profile: str = "bfcl_like", *, start: int = 0, **knobs
 ) -> list[tuple[str, dict, dict]]:
     """Entries ``start .. start+n-1`` of ``split`` as ``(category, prompt_row, answer_row)`` in
-    BFCL's format (entry ``i`` is the same whatever ``start`` and ``n``)."""
+    BFCL's format (entry ``i`` is the same whatever ``start`` and ``n``; with ``group`` K > 1 it
+    is entry ``i % K`` of block ``i // K``, generated whole)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
     if not (0 <= n and 0 <= start and start + n <= 10**8):
         raise ValueError(f"entries {start}..{start + n - 1} out of range")
     cfg = make_config(profile, **knobs)
-    rows = []
-    for i in range(start, start + n):
-        category = cfg.categories[i % len(cfg.categories)]
-        for attempt in range(1000):
-            rng = random.Random(f"pask-synth/{cfg.profile}/{cfg.seed}/{SPLIT_OFFSET[split] + i}/{attempt}")
-            docs, gts, query = _draw(rng, category, cfg)
-            if _split_of(query) == split:
-                break
-        else:
-            raise RuntimeError(f"{split}[{i}]: no query hashed into the split")
-        eid = f"{category}_{split}_{i}"
-        prompt = {"id": eid, "question": [[{"role": "user", "content": query}]], "function": docs}
-        rows.append((category, prompt, {"id": eid, "ground_truth": gts}))
-    return rows
+    if cfg.group == 1:
+        return [_entry(split, i, cfg) for i in range(start, start + n)]
+    k = cfg.group
+    rows = [r for b in range(start // k, -(-(start + n) // k)) for r in _block(split, b, cfg)]
+    return rows[start % k : start % k + n]
 
 
 def generate(split: str, n: int, profile: str = "bfcl_like", *, start: int = 0, **knobs) -> list[Entry]:
@@ -381,6 +452,8 @@ def write_dataset(out_dir: str | Path, split: str, n: int, profile: str = "bfcl_
             dump(out / f"{c}.jsonl", [p for p, _ in rows])
             dump(out / "possible_answer" / f"{c}.jsonl", [a for _, a in rows])
     meta = {"generator": "sglang_pask.eval.synthetic", "split": split, "n": n, **dataclasses.asdict(cfg)}
+    if cfg.group == 1:
+        del meta["group"]  # an ungrouped set's config.json as before the knob existed
     (out / "config.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     written.append(out / "config.json")
     return written
