@@ -1,8 +1,12 @@
 """Parity of the SGLang server's KV persistence with the reference runner (the oracle).
 
-For N synthetic entries (constrained, greedy, radix cache off -- the plugin turns it off with a
-policy), one server with ``--pask-policy P --pask-budget B --pask-schedule S --pask-interval I
---pask-kept-log --pask-tag-log`` answers every request through the openai client (sequentially);
+For N synthetic entries (constrained, greedy; ``--radix off``: radix cache off, the whole prompt
+compressed per request; ``--radix on``: radix cache on, so the server caches each request's
+shared segment -- the system/tools message -- compressed once, and the runner runs
+``segment="system"``, the same rule; use grouped data, e.g. ``--data
+synthetic:eval:100:tiny:group=10``, so that most requests hit a cached segment), one server with
+``--pask-policy P --pask-budget B --pask-schedule S --pask-interval I --pask-kept-log
+--pask-tag-log`` answers every request through the openai client (sequentially);
 then the reference runner (``grammar="sglang"``) generates for the same bodies at the same
 method, budget, schedule and interval. Per request: identical kept positions per unit at every
 compression point (and at every one made from identical inputs: up to the first differing
@@ -12,6 +16,8 @@ with no compression at all.
 
     .venv/bin/python bench/server_parity.py --n 100 --budgets 0.5,0.33,0.2 \
         --out bench/results/pask-tiny-fc-server-parity-n100
+    .venv/bin/python bench/server_parity.py --radix on --data synthetic:eval:100:tiny:group=10 \
+        --budgets 0.33 --out bench/results/pask-tiny-fc-server-parity-radix-n100
 
 Writes ``report.md``, ``results.json`` (per budget: summary and per-request rows) and
 ``meta.json`` (command, commit, date, wall times) into ``--out``.
@@ -37,11 +43,12 @@ from sglang_pask.testing import running_server
 from tqdm import tqdm
 
 
-def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir):
+def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir, radix):
     kept, tags = os.path.join(workdir, "kept"), os.path.join(workdir, "tags")
     args = ["--pask-policy", policy, "--pask-method", method, "--pask-budget", str(budget),
             "--pask-schedule", schedule, "--pask-interval", str(interval),
             "--pask-kept-log", kept, "--pask-tag-log", tags, "--log-level", "warning"]
+    args += [] if radix == "on" else ["--disable-radix-cache"]
     with running_server(model, args) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="none")
         for body in tqdm(bodies, desc=f"server {method}@{budget:g}", unit="req", file=sys.stderr):
@@ -65,11 +72,12 @@ def run_budget(a, budget, entries, method=None):
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pask-parity-") as d:
         served = server_side(a.model, a.policy, budget, a.schedule, a.interval,
-                             [openai_kwargs(b) for b in bodies], a.max_tokens, method, d)
+                             [openai_kwargs(b) for b in bodies], a.max_tokens, method, d, a.radix)
     t_server = time.perf_counter() - t0
     runner = Runner(a.model, method=method, budget=budget, policy=a.policy if method == "pask" else None,
                     grammar="sglang",
-                    method_options={"schedule": a.schedule, "interval": a.interval})
+                    method_options={"schedule": a.schedule, "interval": a.interval},
+                    segment="system" if a.radix == "on" else "none")
     units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
     rows = []
     for e, body in tqdm(list(zip(entries, bodies)), desc=f"runner {method}@{budget:g}", unit="req", file=sys.stderr):
@@ -96,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--interval", type=int, default=1)
     p.add_argument("--tool-choice", default="required")
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--radix", choices=("off", "on"), default="off",
+                   help="on: radix cache on (server) and segment 'system' (runner)")
     p.add_argument("--no-full", action="store_true",
                    help="skip the Full KV pass (--pask-method full on the server, method full on the runner): "
                         "how often the two engines' generated tokens differ with no compression at all")
@@ -110,7 +120,9 @@ def main(argv=None) -> int:
         json.dump(results, f, indent=1)
     lines = [f"# Server vs reference runner: {a.method}, schedule {a.schedule}, interval {a.interval}",
              "", f"{len(entries)} entries of `{a.data or f'synthetic:eval:{a.n}:tiny'}`, tool_choice="
-             f"{a.tool_choice}, max_tokens {a.max_tokens}, greedy, radix cache off. Kept positions are compared "
+             f"{a.tool_choice}, max_tokens {a.max_tokens}, greedy, " + (
+                 "radix cache on (server: cached, compressed shared segments; runner: segment 'system')"
+                 if a.radix == "on" else "radix cache off") + ". Kept positions are compared "
              "per unit at every compression point; 'until divergence' compares the compressions both engines "
              "made from identical inputs (decode steps up to the first differing generated token, after which "
              "the classes and lengths they see differ). The full row compresses nothing: how often the two "

@@ -36,7 +36,7 @@ from typing import Any
 from sglang_pask.structure import OutputTracker, PromptTagger, PromptTags, make_prompt_tagger, tracker_for_request
 from sglang_pask.structure.validate import validate_messages, validate_response_format, validate_tools
 
-__all__ = ["RenderedPrompt", "render_chat"]
+__all__ = ["RenderedPrompt", "render_chat", "system_segment_end"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,45 @@ class RenderedPrompt:
     def notes(self) -> list[str]:
         return self.tags.notes
 
+    @property
+    def segment_end(self) -> int:
+        """Tokens of the shared segment: the system message (where chat templates put the tools
+        block) including its end marker and the newline after it, when the prompt opens with one
+        in ChatML form (``<|im_start|>system`` ... ``<|im_end|>``); else 0. Requests with the same
+        system message and tools have the same ids up to here (the end marker is a special token,
+        so no merge crosses it): the span a radix cache shares (:mod:`sglang_pask.methods.segment`)."""
+        return system_segment_end(self.text, self.offsets)
+
     def tracker(self, name: str | None = None) -> OutputTracker:
         """A fresh output tracker for this request's generated tokens, chosen from the view (so
         ``tool_choice="none"`` -- no tools in the view -- picks the tracker the prompt implies)."""
         return tracker_for_request(self.view, name)
+
+
+SYSTEM_OPEN = "<|im_start|>system"
+MESSAGE_END = "<|im_end|>"
+
+
+def system_segment_end(text: str, offsets) -> int:
+    """Tokens covering ``text`` up to the end of its first ChatML system message (marker and
+    the newline after it); 0 when ``text`` does not open with one or it does not end on a token
+    boundary. ``offsets[i]``: ``(start, end)`` characters of token ``i``."""
+    if not text.startswith(SYSTEM_OPEN):
+        return 0
+    at = text.find(MESSAGE_END)
+    if at < 0:
+        return 0
+    end = at + len(MESSAGE_END)
+    if text.startswith("\n", end):
+        end += 1
+    n = 0
+    for _a, b in offsets:
+        if b > end:
+            break
+        n += 1
+    if n == 0 or n >= len(offsets) or offsets[n - 1][1] != end:
+        return 0  # not on a token boundary, or nothing after it: no segment
+    return n
 
 
 def render_chat(tokenizer, request, *, tagger: PromptTagger | None = None) -> RenderedPrompt:

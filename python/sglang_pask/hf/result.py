@@ -67,6 +67,8 @@ class Result:
     kv_bytes: int = 0  # bytes of K/V held at the end
     timings: dict = field(default_factory=dict)
     cache: Optional[object] = None  # the final PrunableCache (generate(keep_cache=True))
+    segment_end: int = 0  # S > 0: positions 0..S-1 were a shared segment, compressed alone
+    segment: Optional[Compression] = None  # that compression (step 0, seq_len S), before the rest
 
     def to_json(self) -> dict:
         return {"text": self.text, "tool_calls": self.tool_calls, "kept": self.kept,

@@ -5,6 +5,8 @@ structure taggers feeding a :class:`~sglang_pask.methods.KVMethod`.
 Loop (batch 1, greedy unless ``temperature > 0``)::
 
     prefill prompt (positions 0..P-1) -> compress if over budget
+        (segment "system": prefill 0..S-1 -> compress the segment alone -> prefill S..P-1 ->
+         compress the own span S.. if over its budget; every later compression too)
     repeat: mask logits (grammar) -> pick token -> accept (grammar) -> stop? -> tracker.feed
             -> forward token at position seq_len -> when due (``KVMethod.due``: schedule
                ``continuous``, every ``interval`` steps -- ``compress_every`` overrides it --;
@@ -27,6 +29,8 @@ import numpy as np
 import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
+from sglang_pask.methods.segment import SEGMENTS, own_kept, own_view, segment_kept
+from sglang_pask.methods.segment import check_method as check_segment_method
 
 from .attention import use_pask_attention
 from .cache import PrunableCache
@@ -61,14 +65,21 @@ class Runner:
     ``KVMethod.due``). ``grammar``: ``xgrammar`` (xgrammar's built-in ``qwen_3`` tool-call tag,
     whitespace capped; :mod:`.constraints`) or ``sglang`` (the server's own constraint pipeline,
     for parity with ``make serve``; :mod:`.sglang_grammar`). ``dtype``/``device``: for a model
-    loaded from a directory. Not thread-safe: one generation at a time.
+    loaded from a directory. ``segment``: ``none`` (the whole prompt is one span) or
+    ``system`` (the system/tools message is a shared segment, prefilled and compressed on its
+    own before the rest of the prompt is prefilled against what it kept; the request then
+    compresses only its own tokens: :mod:`sglang_pask.methods.segment`, what a server with the
+    radix cache on does). Not thread-safe: one generation at a time.
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
                  method: Union[str, KVMethod] = "full", budget: Optional[float] = None, policy=None, *,
                  compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
                  constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
-                 device: Optional[str] = None, method_options: Optional[dict] = None):
+                 device: Optional[str] = None, method_options: Optional[dict] = None,
+                 segment: str = "none"):
+        if segment not in SEGMENTS:
+            raise ValueError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
         if compress_every is not None and compress_every < 1:
             raise ValueError(f"compress_every must be >= 1, got {compress_every}")
         model_dir = str(model) if isinstance(model, (str, os.PathLike)) else None
@@ -105,6 +116,9 @@ class Runner:
             self.method = dataclasses.replace(self.method, interval=self.compress_every)
         if grammar not in ("xgrammar", "sglang"):
             raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
+        if segment != "none":
+            check_segment_method(self.method)
+        self.segment = segment
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -140,32 +154,58 @@ class Runner:
         return out.logits[0, -1].float().cpu()  # grammar masks and sampling run on CPU
 
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
-                 step: int, force: bool = False) -> Optional[Compression]:
+                 step: int, force: bool = False, segment_end: int = 0) -> Optional[Compression]:
         """At decode step ``step`` (0: prefill end), apply the method if it is due (every
-        method's schedule, when over budget) or ``force``; None if nothing ran."""
+        method's schedule, when over budget) or ``force``; None if nothing ran. With
+        ``segment_end = S > 0`` only positions ``>= S`` are compressed, as their own span
+        (:func:`sglang_pask.methods.segment.own_view`); ``kept`` is then what every layer holds
+        after (segment positions included)."""
         heads = max(cache.num_kv_heads, 1)
-        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
+        if segment_end and not force:
+            held_own = sum(int((cache.positions(li) >= segment_end).sum()) for li in range(self.num_layers))
+            if not self.due(step, held_own, seq_len - segment_end):
+                return None
+        elif not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
             return None  # checked first: this runs every decode step, the view only when due
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         masks = [cache.head_mask(li) for li in range(self.num_layers)]
         masks = None if all(m is None for m in masks) else [
             None if m is None else m.cpu().numpy() for m in masks]
+        if segment_end:
+            view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
+                            PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
+            own = own_kept(self.method, view, segment_end)
+            kept_all = [np.concatenate([r[r < segment_end], k]) for r, k in zip(retained, own)]
+            return self._keep(cache, step, seq_len, [int(a) for a in self.method.allocation(view)],
+                              kept_all, retained, None)
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
                          protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
                          prompt_len=prompt_len, head_mask=masks)
         allocation = [int(a) for a in self.method.allocation(view)]
         sel = self.method.select(view)
+        return self._keep(cache, step, seq_len, allocation, sel.kept, retained, sel.head_mask)
+
+    def compress_segment(self, cache: PrunableCache, classes: Sequence[int]) -> Compression:
+        """The shared segment ``[0, S)`` (``S = len(classes)``, its KV just written, nothing
+        after it): keep what :func:`~sglang_pask.methods.segment.segment_kept` keeps."""
+        s = len(classes)
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        kept = segment_kept(self.method, self.num_layers, self.groups, classes,
+                            attention=_stats(cache, retained))
+        return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None)
+
+    def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask) -> Compression:
         dropped = []
         for li in range(self.num_layers):
-            kept = np.asarray(sel.kept[li], dtype=np.int64)
+            kept = np.asarray(kept_sets[li], dtype=np.int64)
             _check_kept(li, kept, retained[li], seq_len)
-            hm = None if sel.head_mask is None else np.asarray(sel.head_mask[li], dtype=bool)
+            hm = None if head_mask is None else np.asarray(head_mask[li], dtype=bool)
             cache.keep(li, torch.from_numpy(kept), head_mask=None if hm is None else torch.from_numpy(hm))
             dropped.append(np.setdiff1d(retained[li], kept))
-        return Compression(step, seq_len, allocation, [np.asarray(k, np.int64) for k in sel.kept], dropped,
-                           head_mask=None if sel.head_mask is None else
-                           [np.asarray(m, dtype=bool) for m in sel.head_mask])
+        return Compression(step, seq_len, allocation, [np.asarray(k, np.int64) for k in kept_sets], dropped,
+                           head_mask=None if head_mask is None else
+                           [np.asarray(m, dtype=bool) for m in head_mask])
 
     def due(self, step: int, held: int, seq_len: int) -> bool:
         """The method's rule (``KVMethod.due``; ``compress_every`` is its ``interval``)."""
@@ -191,9 +231,17 @@ class Runner:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
         cache = self.new_cache()
 
-        logits = self.forward(cache, prompt, 0)
+        seg = tags.segment_end if self.segment == "system" else 0
+        segment = None
+        if seg:  # the shared segment first, compressed alone; the rest attends to what it kept
+            self.forward(cache, prompt[:seg], 0)
+            segment = self.compress_segment(cache, prompt_classes[:seg])
+            logits = self.forward(cache, prompt[seg:], seg)
+        else:
+            logits = self.forward(cache, prompt, 0)
         seq_len = len(prompt)
-        compressions = [c for c in [self.compress(cache, seq_len, prompt_classes, seq_len, 0)] if c]
+        compressions = [c for c in [self.compress(cache, seq_len, prompt_classes, seq_len, 0,
+                                                  segment_end=seg)] if c]
         t_prefill = time.perf_counter()
         out: list[int] = []
         recorded = [] if record_logits else None
@@ -217,7 +265,8 @@ class Runner:
             seq_len += 1
             steps += 1
             tc = time.perf_counter()
-            c = self.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), steps)
+            c = self.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), steps,
+                              segment_end=seg)
             t_compress += time.perf_counter() - tc
             if c is not None:
                 compressions.append(c)
@@ -233,6 +282,7 @@ class Runner:
             classes=prompt_classes + list(tracker.classes), finish_reason=finish,
             groups=self.groups, retained=retained, compressions=compressions, logits=recorded,
             kv_bytes=cache.kv_bytes(), cache=cache if keep_cache else None,
+            segment_end=seg, segment=segment,
             timings={"prefill_s": t_prefill - t0, "decode_s": t_end - t_prefill,
                      "decode_steps": max(len(out) - 1, 0), "compress_s": t_compress})
 

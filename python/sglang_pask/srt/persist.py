@@ -12,6 +12,8 @@ is prefill end):
    (``protected_tail = 1``: the newest written token) with the request's classes, call
    ``method.select`` and drop, per unit, what the unit's first layer did not keep -- only
    request-owned positions (``>= req.kv.cache_protected_len``; the tree's are never dropped here).
+   In segment mode (:mod:`.segments`) the view, the due check and the drops cover only the
+   request's own positions ``>= S``: the segment keeps what its own compression kept.
 
 With ``--pask-kept-log DIR`` each compression appends ``{"rid", "step", "seq_len", "kept":
 {unit: positions}}`` to ``DIR/kept-<pid>.jsonl`` (the parity test reads it).
@@ -56,24 +58,40 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
     full_ids = req_to_token[req.kv.req_pool_idx, :seq_len]
     held = held_positions(allocator, full_ids)
     units = config.units
-    slots = sum(len(h) * len(u) for h, u in zip(held, units))
-    if not method.due(step, slots, seq_len, config.num_layers):
-        return 0
     tags = tags_of(req)
+    seg = tags.segment_end if config.segment != "none" else 0
+    if seg and step == 0:  # normally done when the segment was published; idempotent
+        from sglang_pask.srt.segments import ensure_segment
+
+        if ensure_segment(req, req_to_token, allocator, config):
+            held = held_positions(allocator, full_ids)
+    own = [h[h >= seg] for h in held] if seg else held
+    slots = sum(len(h) * len(u) for h, u in zip(own, units))
+    if not method.due(step, slots, seq_len - seg, config.num_layers):
+        return 0
     retained = [None] * config.num_layers
     for h, layers in zip(held, units):
         for layer in layers:
             retained[layer] = h
-    view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
-                     classes=tags.classes(req, seq_len), retained=retained,
-                     protected_tail=PROTECTED_TAIL, prompt_len=tags.prompt_len)
-    sel = method.select(view)
-    lo = int(req.kv.cache_protected_len)
+    classes = tags.classes(req, seq_len)
+    if seg:  # own tokens only, as their own span; the segment's persisted slots stay
+        from sglang_pask.methods.segment import own_kept, own_view
+
+        view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
+                        PROTECTED_TAIL, tags.prompt_len)
+        kept_own = own_kept(method, view, seg)
+        sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
+    else:
+        view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
+                         classes=classes, retained=retained, protected_tail=PROTECTED_TAIL,
+                         prompt_len=tags.prompt_len)
+        sel_kept = method.select(view).kept
+    lo = max(int(req.kv.cache_protected_len), seg)
     kept_log, freed = {}, 0
     for u, layers in enumerate(units):
-        kept = np.asarray(sel.kept[layers[0]], dtype=np.int64)
+        kept = np.asarray(sel_kept[layers[0]], dtype=np.int64)
         for layer in layers[1:]:
-            if not np.array_equal(sel.kept[layer], kept):
+            if not np.array_equal(sel_kept[layer], kept):
                 raise RuntimeError(f"{method.name} kept different sets within unit {list(layers)}")
         drop = np.setdiff1d(held[u], kept)
         drop = drop[drop >= lo]

@@ -15,6 +15,8 @@
   per unit is recorded (:func:`.persist.record_release`).
 * ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
   counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
+* ``PrefillAdder._select_prefill_admission`` and ``mem_cache.common.checkpoint_kv_cache``
+  (AROUND): shared segments (:mod:`.segments`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ _CONFIGURE = f"{_CFG}.configure"
 _ATTN_WRAPPER = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
 _EVICT = "sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa"
 _RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
+_ADMISSION = "sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission"
+_CHECKPOINT = "sglang.srt.mem_cache.common.checkpoint_kv_cache"
 _STATE = ("sglang.srt.managers.scheduler_components.internal_state."
           "SchedulerInternalStateController._add_memory_usage")
 
@@ -139,16 +143,20 @@ def around_release(original, req, *args, **kwargs):
 
 
 def pask_state(scheduler) -> dict:
-    from sglang_pask.srt import persist, request_tags
+    from sglang_pask.srt import persist, request_tags, segments
     from sglang_pask.srt.pools import PaskAllocator
 
     alloc = scheduler.token_to_kv_pool_allocator
     config = active_config()
     out = {"method": config.method.record() if config else None,
+           "segment": config.segment if config else None, "radix_cache": bool(config and config.radix),
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
-           "released": list(persist.RELEASED)}
+           "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()
+        tree = getattr(scheduler, "tree_cache", None)
+        if hasattr(tree, "stats"):
+            out["tree"] = tree.stats()
     return out
 
 
@@ -169,3 +177,7 @@ def register_hooks() -> None:
     HookRegistry.register(_EVICT, around_evict, HookType.AROUND)
     HookRegistry.register(_STATE, after_memory_usage, HookType.AFTER)
     HookRegistry.register(_RELEASE, around_release, HookType.AROUND)
+    from sglang_pask.srt import segments
+
+    HookRegistry.register(_ADMISSION, segments.around_select_admission, HookType.AROUND)
+    HookRegistry.register(_CHECKPOINT, segments.around_checkpoint, HookType.AROUND)

@@ -46,6 +46,9 @@ PERSIST_FLAGS = {
                         "when to compress: continuous or prefill (default: the method's)"),
     "--pask-interval": ("pask_interval", serving.ENV_INTERVAL, int,
                         "decode steps between budget checks under continuous (default 1)"),
+    "--pask-segment": ("pask_segment", serving.ENV_SEGMENT, str,
+                       "the shared segment: system (the system/tools message, compressed once and "
+                       "shared through the radix cache; the default) or none (needs --disable-radix-cache)"),
     "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
                         "(debug) write the kept positions of every compression to JSON lines in DIR"),
 }
@@ -57,6 +60,7 @@ _REFUSED = {
     "enable_dp_attention": "data-parallel attention",
 }
 
+RADIX_BACKEND = "pask"
 _ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 _FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
 
@@ -88,15 +92,22 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
 def _persistence_args(args: argparse.Namespace, path: str) -> None:
     """Check the persistence flags (building the serving config once, so errors name the flag),
     export them to child processes, and set what the per-unit pools need: page size 1, no
-    overlap scheduling (drops read the just-written state), no radix cache (a compressed
-    sequence must not be shared as a prefix; radix-aware sharing is a later step)."""
+    overlap scheduling (drops read the just-written state) and, with the radix cache on, the
+    PASK radix cache (``--radix-cache-backend pask``: it caches only compressed shared segments,
+    :mod:`.radix_cache`)."""
     values = {flag: getattr(args, dest, None) for flag, (dest, *_r) in PERSIST_FLAGS.items()}
+    radix = not getattr(args, "disable_radix_cache", False)
     try:
         config = serving.build_config(path, method=values["--pask-method"], budget=values["--pask-budget"],
                                       schedule=values["--pask-schedule"], interval=values["--pask-interval"],
-                                      model_dir=getattr(args, "model_path", None))
+                                      model_dir=getattr(args, "model_path", None),
+                                      segment=values["--pask-segment"], radix=radix)
     except (ValueError, TypeError) as e:
         raise SystemExit(f"error: {e}") from None
+    backend = getattr(args, "radix_cache_backend", None)
+    if radix and backend not in (None, "", RADIX_BACKEND):
+        raise SystemExit(f"error: {FLAG}: --radix-cache-backend {backend} cannot hold per-unit KV "
+                         f"(PASK uses its own, {RADIX_BACKEND!r}; or pass --disable-radix-cache)")
     for dest, what in _REFUSED.items():
         if getattr(args, dest, None):
             raise SystemExit(f"error: {FLAG}: {what} is not supported with per-unit KV pools")
@@ -104,9 +115,11 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
         raise SystemExit(f"error: {FLAG}: --page-size must be 1 with per-unit KV pools")
     args.page_size = 1
     args.disable_overlap_schedule = True
-    if not getattr(args, "disable_radix_cache", False):
-        logger.info("sglang_pask: radix cache disabled (compressed prefixes are not shared yet)")
-    args.disable_radix_cache = True
+    if radix:
+        args.radix_cache_backend = RADIX_BACKEND
+        os.environ[serving.ENV_RADIX] = "1"
+    else:
+        os.environ.pop(serving.ENV_RADIX, None)
     for flag, (dest, env, _t, _h) in PERSIST_FLAGS.items():
         v = values[flag]
         if v is None:
@@ -161,11 +174,12 @@ def _enable_pask_hooks(apply_now: bool) -> None:
     if _hooks_enabled:
         return
     _hooks_enabled = True
-    from sglang_pask.srt import error_hooks, persist_hooks, tag_hooks
+    from sglang_pask.srt import error_hooks, persist_hooks, radix_cache, tag_hooks
 
     tag_hooks.register_hooks()
     persist_hooks.register_hooks()
     error_hooks.register_hooks()
+    radix_cache.register(RADIX_BACKEND)
     if apply_now:
         from sglang.srt.plugins.hook_registry import HookRegistry
 

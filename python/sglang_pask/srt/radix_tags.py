@@ -1,16 +1,22 @@
-"""Structure tags in SGLang's radix tree (issue 13, first part; not wired into the server yet: a
-policy still turns the radix cache off).
+"""Structure tags and segment stamps in SGLang's radix tree (the FULL component of
+:mod:`.radix_cache`).
 
 :class:`PaskFullComponent` is SGLang's ``FullComponent`` (the FULL component of the unified radix
-cache, selected through ``CacheInitParams.component_registry_override``) plus run-length structure
-classes in each node's ``component_data[FULL].metadata[KEY]``:
+cache, selected through ``CacheInitParams.component_registry_override``) plus, in each node's
+``component_data[FULL].metadata``:
 
-* before an insert, ``prepare_for_caching_req`` puts the request's classes of positions
-  ``0 .. token_ids_len - 1`` on the insert params (``params.pask_classes``, int64 ``[n]``);
-* a new leaf covers the inserted key's last ``len(node.key)`` positions, and gets their runs
-  (``commit_insert_component_data``, called once per insert on the leaf);
-* a split gives the new parent the first ``len(new_parent.key)`` positions' runs and the child the
-  rest (``redistribute_on_node_split``).
+* ``KEY`` (``"pask_runs"``): run-length structure classes of the tokens the node holds --
+  before an insert, ``prepare_for_caching_req`` puts the request's classes of positions
+  ``0 .. token_ids_len - 1`` on the insert params (``params.pask_classes``, int64 ``[n]``); a new
+  leaf covers the inserted key's last ``len(node.key)`` positions and gets their runs
+  (``commit_insert_component_data``, called once per insert on the leaf); a split gives the new
+  parent the first ``len(new_parent.key)`` positions' runs and the child the rest
+  (``redistribute_on_node_split``);
+* ``SEGMENT_KEY`` (``"pask_segment"``): with a serving config in segment mode, the config's
+  stamp on the node whose end is the request's segment end (the insert is capped there:
+  ``prepare_for_caching_req`` returns the segment end as the length to cache); a match is valid
+  only at a node carrying the server's stamp (``create_match_validator``). A split leaves the
+  stamp on the child, which still ends where the segment ends.
 
 Invariant: a stamped node's runs cover exactly ``len(node.key)`` tokens, so the runs on the path
 root -> node are the classes of the cached prefix (:func:`path_classes`). Runs are
@@ -27,6 +33,7 @@ from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
 from sglang_pask.srt.request_tags import decode_runs, encode_runs
 
 KEY = "pask_runs"
+SEGMENT_KEY = "pask_segment"
 
 
 def runs_total(runs: Sequence[Sequence[int]]) -> int:
@@ -55,9 +62,20 @@ class PaskFullComponent(FullComponent):
 
     def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
         out = super().prepare_for_caching_req(req, insert_params, token_ids_len, is_finished)
-        try:
-            from sglang_pask.srt.request_tags import tags_of
+        from sglang_pask.srt.request_tags import tags_of
+        from sglang_pask.srt.serving import active_config
 
+        config = active_config()
+        insert_params.pask_segment = None
+        if config is not None and config.segment != "none":
+            # Cache the segment only (0: nothing). Failing tags give 0: never a wrong share.
+            try:
+                cap = int(tags_of(req).segment_end)
+            except Exception:
+                cap = 0
+            insert_params.pask_segment = (cap, config.stamp)
+            out = cap if out is None else min(out, cap)
+        try:
             insert_params.pask_classes = tags_of(req).classes(req, int(token_ids_len))
         except Exception:  # tags must never break caching: the node stays untagged
             insert_params.pask_classes = None
@@ -65,13 +83,29 @@ class PaskFullComponent(FullComponent):
 
     def commit_insert_component_data(self, node, is_new_leaf, params, result, cache_actions):
         super().commit_insert_component_data(node, is_new_leaf, params, result, cache_actions)
-        classes = getattr(params, "pask_classes", None)
-        if not is_new_leaf or classes is None:
+        if not is_new_leaf:
             return
+        meta = node.component_data[self.component_type].metadata
         end = len(params.key)
+        segment = getattr(params, "pask_segment", None)
+        if segment is not None and segment[0] == end:
+            meta[SEGMENT_KEY] = segment[1]
+        classes = getattr(params, "pask_classes", None)
+        if classes is None:
+            return
         start = end - len(node.key)
         if start >= 0 and len(classes) >= end:
-            node.component_data[self.component_type].metadata[KEY] = encode_runs(classes[start:end])
+            meta[KEY] = encode_runs(classes[start:end])
+
+    def create_match_validator(self, match_device_only: bool = False):
+        base = super().create_match_validator(match_device_only)
+        from sglang_pask.srt.serving import active_config
+
+        config = active_config()
+        if config is None or config.segment == "none":
+            return base
+        stamp = config.stamp
+        return lambda node: base(node) and node.component_data[self.component_type].metadata.get(SEGMENT_KEY) == stamp
 
     def redistribute_on_node_split(self, new_parent, child):
         super().redistribute_on_node_split(new_parent, child)

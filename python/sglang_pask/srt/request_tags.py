@@ -3,8 +3,9 @@
 Carrier: SGLang's versioned KV-hint envelope (``GenerateReqInput.kv_hints`` ->
 ``TokenizedGenerateReqInput.kv_hints`` -> ``Req.kv_hints``; consumers ignore action types they
 do not implement). The HTTP process appends one action ``{"action_type": "sglang_pask.tags",
-"action_version": "1", "payload": {"n": P, "runs": [[class, count], ...], "tracker": name}}``
-(run-length classes of the P prompt tokens, and the output tracker the prompt implies).
+"action_version": "1", "payload": {"n": P, "runs": [[class, count], ...], "tracker": name,
+"seg": S}}`` (run-length classes of the P prompt tokens, the output tracker the prompt implies,
+and the shared segment's end, 0 when none or not in segment mode).
 
 Scheduler side (:class:`RequestTags`): prompt classes from the action, output classes from the
 grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.tag_hooks`) or from a
@@ -48,14 +49,15 @@ def decode_runs(runs: Sequence[Sequence[int]]) -> np.ndarray:
     return np.repeat(np.asarray(cls, dtype=np.int64), np.asarray(counts, dtype=np.int64))
 
 
-def attach(adapted, classes: Sequence[int], tracker: str) -> None:
+def attach(adapted, classes: Sequence[int], tracker: str, segment_end: int = 0) -> None:
     """Append the tags action to ``adapted.kv_hints`` (a GenerateReqInput), keeping any
     envelope the client sent."""
     from sglang.srt.managers.kv_hints import KvHintAction, KvHintsEnvelope, decode_kv_hints_envelope
 
     action = KvHintAction(action_id=f"pask-{adapted.rid}", action_type=ACTION_TYPE,
                           action_version=ACTION_VERSION,
-                          payload={"n": len(classes), "runs": encode_runs(classes), "tracker": tracker})
+                          payload={"n": len(classes), "runs": encode_runs(classes), "tracker": tracker,
+                                   "seg": int(segment_end)})
     old = adapted.kv_hints
     if old is None:
         adapted.kv_hints = KvHintsEnvelope(protocol_version="1", message_id=str(adapted.rid),
@@ -90,6 +92,11 @@ class RequestTags:
         self.prompt = prompt if self.tagged else np.full(self.prompt_len, int(StructClass.OTHER), np.int64)
         COUNTERS["tagged" if self.tagged else "untagged"] += 1
         self.tracker_name = (payload or {}).get("tracker") or "qwen3_tools"
+        seg = (payload or {}).get("seg", 0) if self.tagged else 0
+        #: end of the shared segment (0: none); always leaves at least one own token
+        self.segment_end = int(seg) if isinstance(seg, int) and 0 < seg < self.prompt_len else 0
+        #: per unit, the segment positions that persist (:mod:`.segments`; computed once)
+        self.segment_kept = None
         self._tracker = None
         self._fed = 0
         self._failed = not self.tagged

@@ -10,6 +10,10 @@ Flags (added by :mod:`.plugin`, carried to the scheduler through environment var
 * ``--pask-budget B`` (default: the policy's budget), ``--pask-schedule S`` (default: the
   method's, as ``pask eval --backend hf``), ``--pask-interval N`` (decode steps between budget
   checks under ``continuous``).
+* ``--pask-segment none|system`` (default ``system`` with the radix cache on, ``none`` with
+  ``--disable-radix-cache``): the shared segment (:mod:`sglang_pask.methods.segment`). With the
+  radix cache on, the tree caches and shares exactly each request's segment, compressed once
+  (:mod:`.radix_cache`), so ``none`` needs the radix cache off.
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
 per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
@@ -33,6 +37,8 @@ ENV_BUDGET = "SGLANG_PASK_BUDGET"
 ENV_SCHEDULE = "SGLANG_PASK_SCHEDULE"
 ENV_INTERVAL = "SGLANG_PASK_INTERVAL"
 ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
+ENV_SEGMENT = "SGLANG_PASK_SEGMENT"
+ENV_RADIX = "SGLANG_PASK_RADIX"
 
 DEFAULT_METHOD = "pask"
 
@@ -62,21 +68,37 @@ class ServingConfig:
     groups: tuple[tuple[int, ...], ...]
     num_layers: int
     kept_log: Optional[str] = None
+    #: where the shared segment ends (:data:`~sglang_pask.methods.segment.SEGMENTS`)
+    segment: str = "none"
+    #: the radix cache is on (it then caches exactly the segments: :mod:`.radix_cache`)
+    radix: bool = False
+    policy_sha256: str = ""
 
     @property
     def budget(self) -> float:
         return self.method.budget
 
+    @property
+    def stamp(self) -> str:
+        """What decides a compressed segment besides its tokens: stamped on the radix node that
+        holds it, and part of the cache namespace of every request (no other policy, method or
+        budget can match it)."""
+        return f"{self.method.name}@{self.budget:g}/{self.policy_sha256[:16]}"
+
     def describe(self) -> str:
         return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
                 f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
-                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}")
+                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}, "
+                f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
 
 def build_config(policy_path: str, method: Optional[str] = None, budget: Optional[float] = None,
                  schedule: Optional[str] = None, interval: Optional[int] = None,
-                 kept_log: Optional[str] = None, model_dir: Optional[str] = None) -> ServingConfig:
+                 kept_log: Optional[str] = None, model_dir: Optional[str] = None,
+                 segment: Optional[str] = None, radix: bool = False) -> ServingConfig:
     """The serving configuration; raises ValueError naming the bad flag or field."""
+    from sglang_pask.methods.segment import SEGMENTS
+    from sglang_pask.methods.segment import check_method as check_segment_method
     from sglang_pask.policy import load_policy
 
     policy = load_policy(policy_path, model_dir=model_dir)
@@ -98,6 +120,12 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
         raise ValueError(f"--pask-schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if interval is not None and interval < 1:
         raise ValueError(f"--pask-interval must be an integer >= 1, got {interval}")
+    if segment is not None and segment not in SEGMENTS:
+        raise ValueError(f"--pask-segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
+    segment = segment or ("system" if radix else "none")
+    if radix and segment == "none":
+        raise ValueError("--pask-segment none needs --disable-radix-cache: with the radix cache on, the "
+                         "tree caches and shares only the compressed shared segment")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
@@ -111,8 +139,16 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     groups = tuple(tuple(g) for g in policy.groups)
     num_layers = sum(len(g) for g in groups)
     units = groups if kv.per_group else tuple((layer,) for layer in range(num_layers))
+    if segment != "none":
+        try:
+            check_segment_method(kv)
+        except ValueError as e:
+            raise ValueError(f"--pask-segment {segment}: {e}") from None
+    from sglang_pask.policy.digest import policy_hash
+
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
-                         num_layers=num_layers, kept_log=kept_log)
+                         num_layers=num_layers, kept_log=kept_log, segment=segment, radix=bool(radix),
+                         policy_sha256=policy_hash(policy))
 
 
 def _env_float(name: str) -> Optional[float]:
@@ -133,4 +169,5 @@ def active_config() -> Optional[ServingConfig]:
         return None
     return build_config(path, method=os.environ.get(ENV_METHOD) or None, budget=_env_float(ENV_BUDGET),
                         schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
-                        kept_log=os.environ.get(ENV_KEPT_LOG) or None)
+                        kept_log=os.environ.get(ENV_KEPT_LOG) or None,
+                        segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1")

@@ -65,12 +65,32 @@ def after_convert(result, serving, request, *args, **kwargs):
             from sglang_pask.srt.request_tags import attach
             from sglang_pask.structure import tracker_name_for_request
 
-            attach(adapted, [int(c) for c in tags.classes], tracker_name_for_request(tags.view))
+            seg = _segment(adapted, tags)
+            attach(adapted, [int(c) for c in tags.classes], tracker_name_for_request(tags.view), seg)
         tag_log.write("prompt", {"rid": adapted.rid, "part": "prompt", "token_ids": list(tags.token_ids),
                                  "classes": [int(c) for c in tags.classes], "notes": notes})
     except Exception as e:  # never fail a request because of tagging
         logger.warning("sglang_pask: prompt tagging failed for %s: %r", adapted.rid, e)
     return None
+
+
+def _segment(adapted, tags) -> int:
+    """The shared segment's end when the server runs in segment mode (else 0); with the radix
+    cache on, the request's cache namespace becomes its segment's (:mod:`.radix_cache`)."""
+    from sglang_pask.srt.serving import active_config
+
+    config = active_config()
+    if config is None or config.segment == "none":
+        return 0
+    seg = tags.segment_end
+    if seg and config.radix:
+        import hashlib
+
+        digest = hashlib.sha256(",".join(map(str, tags.token_ids[:seg])).encode()).hexdigest()[:24]
+        space = f"pask-segment:{config.stamp}:{digest}"
+        old = adapted.extra_key
+        adapted.extra_key = space if not old else f"{old}|{space}"
+    return seg
 
 
 # --- output side (scheduler) ----------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""Segment compression: a shared prefix is compressed once as its own span (issue 13).
+
+A request whose prompt starts with a segment ``[0, S)`` that other requests share (the system /
+tools message: :attr:`sglang_pask.rendering.RenderedPrompt.segment_end`) is compressed in two
+spans, each by the same method at the same budget ``b``:
+
+* the **segment** ``[0, S)``, once, when its KV is complete: :func:`segment_kept` applies the
+  method to the segment alone (its classes, its length, every position held, no protected tail).
+  The result is a function of (segment classes, ``S``, method with its budget and policy, layer
+  groups) only, so every request that shares the segment holds exactly the same positions of it,
+  whichever request computed it, and however the radix tree holds it;
+* the request's **own** tokens ``[S, T)``, at every compression point of the method's schedule:
+  :func:`own_view` is the view of those positions alone, shifted to start at 0, and
+  :func:`own_kept` maps the method's selection back. Segment positions are never touched, and
+  they are counted in the request's budget: the segment keeps ``floor(b*L*S)`` slots, the own
+  span ``floor(b*L*(T - S))``, together at most ``floor(b*L*T)``.
+
+With ``S == 0`` (no shared segment) the own view is the whole view: the ordinary rule.
+Engine-agnostic, like the rest of :mod:`sglang_pask.methods`; per-KV-head methods are refused
+(their head masks do not split across spans).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
+
+#: where a shared segment ends: ``none`` (no segment: the whole prompt is the request's own) or
+#: ``system`` (the end of the system/tools message, :attr:`~sglang_pask.rendering.RenderedPrompt.segment_end`)
+SEGMENTS = ("none", "system")
+
+
+def check_method(method: KVMethod) -> None:
+    """Raise ValueError when ``method`` cannot compress by segments."""
+    if getattr(method, "per_head", False):
+        raise ValueError(f"{method.name}: per_head selection does not support segment compression")
+
+
+def segment_kept(method: KVMethod, num_layers: int, groups: Sequence[Sequence[int]],
+                 classes: Sequence[int], attention: Optional[AttentionStats] = None) -> list[np.ndarray]:
+    """Per layer, int64 sorted positions of the segment ``[0, S)`` (``S = len(classes)``) that
+    persist. ``attention``: statistics aligned with every position (methods that need them)."""
+    check_method(method)
+    s = len(classes)
+    if s == 0:
+        return [np.zeros(0, np.int64) for _ in range(num_layers)]
+    every = np.arange(s, dtype=np.int64)
+    view = CacheView(num_layers=num_layers, groups=groups, seq_len=s, classes=np.asarray(classes, np.int64),
+                     retained=[every] * num_layers, protected_tail=0, attention=attention, prompt_len=s)
+    sel = method.select(view)
+    return [np.asarray(k, dtype=np.int64) for k in sel.kept]
+
+
+def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, classes: Sequence[int],
+             retained: Sequence[np.ndarray], segment_end: int, protected_tail: int, prompt_len: int,
+             attention: Optional[AttentionStats] = None) -> CacheView:
+    """The view of positions ``[segment_end, seq_len)`` alone, shifted by ``-segment_end``
+    (``retained`` and ``attention`` entries of segment positions are left out)."""
+    s = int(segment_end)
+    if not 0 <= s <= seq_len - protected_tail:
+        raise ValueError(f"segment end {s} outside [0, seq_len - protected_tail = {seq_len - protected_tail}]")
+    masks = [np.asarray(r, np.int64) >= s for r in retained]
+    stats = None
+    if attention is not None:
+        def cut(arrays, two_d=False):
+            if arrays is None:
+                return None
+            return [np.asarray(a)[:, m] if two_d else np.asarray(a)[m] for a, m in zip(arrays, masks)]
+        stats = AttentionStats(accumulated=cut(attention.accumulated), window=cut(attention.window),
+                               window_size=attention.window_size,
+                               window_heads=cut(attention.window_heads, two_d=True))
+    return CacheView(num_layers=num_layers, groups=groups, seq_len=seq_len - s,
+                     classes=np.asarray(classes, np.int64)[s:seq_len],
+                     retained=[np.asarray(r, np.int64)[m] - s for r, m in zip(retained, masks)],
+                     protected_tail=protected_tail, attention=stats, prompt_len=max(prompt_len - s, 0))
+
+
+def own_held(view: CacheView) -> int:
+    """Slots the own span holds (what :meth:`KVMethod.due` is asked about)."""
+    return int(view.held().sum())
+
+
+def own_kept(method: KVMethod, view: CacheView, segment_end: int) -> list[np.ndarray]:
+    """Per layer, int64 sorted absolute positions of the own span that persist (``view`` from
+    :func:`own_view`)."""
+    check_method(method)
+    sel = method.select(view)
+    return [np.asarray(k, dtype=np.int64) + int(segment_end) for k in sel.kept]

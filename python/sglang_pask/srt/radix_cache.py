@@ -1,0 +1,140 @@
+"""The PASK radix cache (``--radix-cache-backend pask``, set by the plugin when a policy runs with
+the radix cache on): SGLang's ``UnifiedRadixCache`` with :class:`.radix_tags.PaskFullComponent`
+as FULL (Python tree core), caching exactly one span per request, its shared segment.
+
+What the tree holds (invariants):
+
+* only segments: an insert stops at the request's segment end ``S``
+  (:meth:`~.radix_tags.PaskFullComponent.prepare_for_caching_req`); a request without a segment
+  inserts nothing. Its own tokens stay its own (compressed per request, freed with it);
+* in a namespace per segment: every request's ``extra_key`` carries a digest of its segment's
+  token ids and the server's :attr:`~.serving.ServingConfig.stamp` (:mod:`.tag_hooks`), so two
+  requests share tree nodes only when their whole segments are equal. Inside a namespace the
+  tree holds one path of ``S`` tokens; no node boundary falls inside it (all requests agree on
+  all ``S`` tokens), except transiently while a segment longer than one prefill chunk is
+  inserted;
+* compressed once: the node that completes a segment is stamped (``metadata["pask_segment"] =
+  stamp``) and the request that inserted it drops, right after the insert and before any other
+  request can match it, what :func:`sglang_pask.methods.segment.segment_kept` does not keep
+  (:mod:`.segments`); a match is valid only at a node with the server's stamp, so no request
+  ever reads a segment that is incomplete or compressed under another policy or budget;
+* accounting in the scheduler's currency: evicting a compressed node frees ``S`` full ids but
+  only the slots it still holds in each unit, so :meth:`PaskRadixCache.evictable_size` reports
+  what the scheduler could place after evicting every evictable node, less what it can place
+  now. At idle ``available + evictable == max_total_num_tokens`` exactly when no slot leaked
+  (SGLang's idle check).
+
+Eviction is SGLang's (LRU over leaves): a leaf is a whole segment, so there is nothing finer for
+structure to rank.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+logger = logging.getLogger("sglang_pask")
+
+
+def _nodes(root):
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
+class PaskRadixCache(UnifiedRadixCache):
+    """SGLang's unified radix cache whose sizes are counted in schedulable tokens (module)."""
+
+    def _ids(self, evictable_only: bool = True) -> torch.Tensor:
+        """int64 full ids the tree holds (with ``evictable_only``: in unlocked nodes)."""
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        parts = []
+        for node in _nodes(self.tree_core.root_node):
+            if node is self.tree_core.root_node:
+                continue
+            cd = node.component_data[ComponentType.FULL]
+            if cd.value is not None and (cd.lock_ref == 0 or not evictable_only):
+                parts.append(cd.value)
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+
+    def stats(self) -> dict:
+        """JSON-ready: full ids (tokens) and unit slots the tree holds, evictable or not, and what
+        the scheduler is told (``/server_info`` -> ``internal_states[0]["pask"]["tree"]``)."""
+        from sglang_pask.srt.pools import PaskAllocator
+
+        ids = self._ids(evictable_only=False)
+        alloc = self.token_to_kv_pool_allocator
+        slots = (alloc.pool.mapping[:, ids.long()] > 0).sum(dim=1).tolist() \
+            if isinstance(alloc, PaskAllocator) else None
+        return {"tokens": int(ids.numel()), "unit_slots": slots,
+                "kv_bytes": alloc.pool.kv_bytes(slots) if slots is not None else None,
+                "evictable_tokens": int(self.tree_core.evictable_size()),
+                "protected_tokens": int(self.tree_core.protected_size()),
+                "evictable_schedulable": int(self.evictable_size()),
+                "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1}
+
+    def _schedulable_evictable(self) -> int:
+        from sglang_pask.srt.pools import PaskAllocator
+
+        alloc = self.token_to_kv_pool_allocator
+        tokens = self.tree_core.evictable_size()
+        if not isinstance(alloc, PaskAllocator) or tokens == 0:
+            return tokens
+        ids = self._ids()
+        held = (alloc.pool.mapping[:, ids.long()] > 0).sum(dim=1).tolist()
+        room = min(alloc.full_available_size() + int(ids.numel()),
+                   *(a + int(h) for a, h in zip(alloc.unit_available_sizes(), held)))
+        return max(room - alloc.available_size(), 0)
+
+    def evictable_size(self) -> int:
+        return self._schedulable_evictable()
+
+    def checkpoint(self, req, *, up_to: int, **kwargs) -> None:
+        """SGLang's insert (capped at the segment end), then the segment's compression, before
+        any other request can match the new node (both run on the scheduler thread)."""
+        super().checkpoint(req, up_to=up_to, **kwargs)
+        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.segments import ensure_segment
+        from sglang_pask.srt.serving import active_config
+
+        config = active_config()
+        alloc = self.token_to_kv_pool_allocator
+        if config is not None and config.segment != "none" and isinstance(alloc, PaskAllocator):
+            try:
+                ensure_segment(req, self.req_to_token_pool.req_to_token, alloc, config)
+            except Exception as e:  # logged; the node then holds the segment uncompressed
+                logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
+
+    def full_evictable_size(self) -> int:
+        return self._schedulable_evictable()
+
+
+def pask_radix_cache_factory(ctx):
+    """``--radix-cache-backend pask``: the unified radix cache with the PASK FULL component."""
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    from sglang_pask.srt.radix_tags import PaskFullComponent
+
+    if ctx.is_hybrid_swa or ctx.is_hybrid_ssm or ctx.enable_hierarchical_cache:
+        raise RuntimeError("sglang_pask: the PASK radix cache supports full-attention models without HiCache")
+    params = ctx.params
+    params.component_registry_override = {**(params.component_registry_override or {}),
+                                          ComponentType.FULL: PaskFullComponent}
+    params.tree_core_backend = "python"  # what any component override gets; said explicitly
+    cache = create_unified_radix_cache(ctx, cache_class=PaskRadixCache)
+    logger.info("sglang_pask: radix cache: PASK (caches each request's shared segment, compressed once)")
+    return cache
+
+
+def register(name: str) -> None:
+    """Register the factory under ``name`` (idempotent: SGLang refuses a second registration)."""
+    from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
+
+    if get_radix_cache_factory(name) is None:
+        register_radix_cache_backend(name, pask_radix_cache_factory)

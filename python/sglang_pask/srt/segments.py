@@ -1,0 +1,111 @@
+"""Shared segments in the scheduler (segment mode: ``--pask-segment system``, the default with the
+radix cache on): the segment ``[0, S)`` of a request is prefilled alone, compressed once by
+:func:`sglang_pask.methods.segment.segment_kept`, and only then is the rest of the prompt
+prefilled, against what the segment kept -- the reference runner's ``segment="system"`` order.
+Whether the segment came from the radix tree or was computed by this request, the request's own
+tokens see the same persisted segment slots.
+
+Hooks (registered by :mod:`.persist_hooks`):
+
+* ``PrefillAdder._select_prefill_admission`` (AROUND): a request whose prefill would cross its
+  segment end (a cache miss: the prefix it matched ends before ``S``) is admitted as a chunked
+  prefill ending at ``S``; SGLang tracks one chunked request at a time, so while another is in
+  flight the request waits for the next round (``AddReqResult.OTHER``).
+* after SGLang publishes a prefill or chunk, :func:`ensure_segment` drops, in every unit, the
+  segment positions the rule does not keep: in :meth:`.radix_cache.PaskRadixCache.checkpoint`
+  right after the tree's insert (capped at ``S`` by :mod:`.radix_tags`; also the insert of a
+  request that finishes at prefill), and with the radix cache off in the
+  ``mem_cache.common.checkpoint_kv_cache`` hook (AROUND). Idempotent: a segment the tree already
+  holds compressed loses nothing more; deterministic: any request computes the same set.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from sglang_pask.srt.request_tags import tags_of
+
+logger = logging.getLogger("sglang_pask")
+
+COUNTERS = {"segments_compressed": 0, "segment_slots_dropped": 0, "segment_chunks_forced": 0,
+            "segment_chunks_deferred": 0}
+
+
+def segment_kept_units(req, config) -> list[np.ndarray]:
+    """Per unit, int64 sorted segment positions that persist (computed once per request)."""
+    tags = tags_of(req)
+    if tags.segment_kept is None:
+        from sglang_pask.methods.segment import segment_kept
+
+        kept = segment_kept(config.method, config.num_layers, config.groups, tags.prompt[:tags.segment_end])
+        units = []
+        for layers in config.units:
+            for layer in layers[1:]:
+                if not np.array_equal(kept[layer], kept[layers[0]]):
+                    raise RuntimeError(f"{config.method.name} kept different sets within unit {list(layers)}")
+            units.append(kept[layers[0]])
+        tags.segment_kept = units
+    return tags.segment_kept
+
+
+def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
+    """Make the request's segment hold exactly its kept positions in every unit, once its KV is
+    written (``req.extend_end >= S``). Returns the unit slots freed (0 when it already did)."""
+    tags = tags_of(req)
+    s = tags.segment_end
+    if s <= 0 or req.kv.req_pool_idx is None or int(getattr(req, "extend_end", 0) or 0) < s:
+        return 0
+    full_ids = req_to_token[req.kv.req_pool_idx, :s]
+    freed = 0
+    for u, kept in enumerate(segment_kept_units(req, config)):
+        drop = np.setdiff1d(np.arange(s, dtype=np.int64), kept)
+        if drop.size:
+            freed += allocator.drop(u, full_ids[torch.from_numpy(drop)])
+    if freed:
+        COUNTERS["segments_compressed"] += 1
+        COUNTERS["segment_slots_dropped"] += freed
+    return freed
+
+
+def around_checkpoint(original, req, tree_cache, *args, **kwargs):
+    result = original(req, tree_cache, *args, **kwargs)
+    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.radix_cache import PaskRadixCache
+    from sglang_pask.srt.serving import active_config
+
+    config = active_config()
+    alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
+    if isinstance(tree_cache, PaskRadixCache):
+        return result  # its checkpoint did it
+    if config is not None and config.segment != "none" and isinstance(alloc, PaskAllocator):
+        try:
+            ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
+        except Exception as e:  # the segment then stays Full KV for this request; serving goes on
+            logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
+    return result
+
+
+def around_select_admission(original, adder, req, **kwargs):
+    admission = original(adder, req, **kwargs)
+    from sglang.srt.managers.schedule_policy import AddReqResult, _PrefillAdmission
+
+    from sglang_pask.srt.serving import active_config
+
+    config = active_config()
+    if config is None or config.segment == "none" or not isinstance(admission, _PrefillAdmission):
+        return admission
+    try:
+        s = tags_of(req).segment_end
+    except Exception:
+        return admission
+    end = admission.prefix_len + admission.extend_len
+    if not admission.prefix_len < s < end:
+        return admission
+    if kwargs.get("has_chunked_req") or adder.new_chunked_req is not None:
+        COUNTERS["segment_chunks_deferred"] += 1
+        return AddReqResult.OTHER
+    COUNTERS["segment_chunks_forced"] += 1
+    return _PrefillAdmission(admission.prefix_len, s - admission.prefix_len, 0, True, admission.replay_len)

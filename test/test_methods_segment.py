@@ -1,0 +1,64 @@
+"""Segment compression (:mod:`sglang_pask.methods.segment`) for every registered method that
+supports it (all but per-head selection), through the invariants of the method matrix: the
+segment alone and the own span alone each satisfy them, the own span never touches the segment,
+the two budgets add up to at most the whole one, ``S = 0`` is the ordinary rule, deterministic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sglang_pask.methods import METHODS
+from sglang_pask.methods.base import AttentionStats
+from sglang_pask.methods.segment import check_method, own_held, own_kept, own_view, segment_kept
+from sglang_pask.methods.testing import KV_HEADS, random_view
+from test_methods_invariants import BUDGETS, VARIANTS, build, check_invariants
+
+SEG_VARIANTS = [(n, o, s) for n, o, s in VARIANTS if not o.get("per_head")]
+IDS = [f"{n}{''.join(f'[{k}]' for k in o)}-{s}" for n, o, s in SEG_VARIANTS]
+
+
+@pytest.mark.parametrize("name, options, schedule", SEG_VARIANTS, ids=IDS)
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), budget=BUDGETS, cut=st.floats(0.0, 1.0))
+def test_segment_then_own(name, options, schedule, seed, budget, cut):
+    view = random_view(seed, per_group=METHODS[name].per_group)
+    method = build(name, budget, view, seed, schedule=schedule, **options)
+    budget = method.budget
+    L, T = view.num_layers, view.seq_len
+    s = int(cut * (T - view.protected_tail))
+    # the segment, alone: a function of its classes only (the rest of the view is not read)
+    rng = np.random.default_rng(seed)
+    stats = AttentionStats(accumulated=[rng.random(s) for _ in range(L)], window=[rng.random(s) for _ in range(L)],
+                           window_size=view.attention.window_size if view.attention else 8,
+                           window_heads=[rng.random((KV_HEADS, s)) for _ in range(L)])
+    seg = segment_kept(method, L, view.groups, view.classes[:s], attention=stats)
+    again = segment_kept(method, L, view.groups, view.classes[:s].copy(), attention=stats)
+    assert all(np.array_equal(a, b) for a, b in zip(seg, again)), "segment not deterministic"
+    for k in seg:
+        assert k.dtype == np.int64 and np.all(np.diff(k) > 0) and (k.size == 0 or (k[0] >= 0 and k[-1] < s))
+    seg_slots = sum(len(k) for k in seg)
+    assert seg_slots <= max(int(np.floor(budget * L * s + 1e-9)), 0) or budget >= 1.0
+    if budget >= 1.0:
+        assert all(np.array_equal(k, np.arange(s)) for k in seg)
+    # the own span: the matrix's invariants on its shifted view, and nothing below s touched
+    ov = own_view(L, view.groups, T, view.classes, view.retained, s, view.protected_tail, view.prompt_len,
+                  attention=view.attention)
+    assert ov.seq_len == T - s and own_held(ov) == sum(int((r >= s).sum()) for r in view.retained)
+    check_invariants(name, method, ov)
+    own = own_kept(method, ov, s)
+    for layer, (k, r) in enumerate(zip(own, view.retained)):
+        assert np.all(k >= s) and np.all(np.isin(k, r)), (layer, k, r)
+    own_slots = sum(len(k) for k in own)
+    if budget < 1.0 and own_slots > L * view.protected_tail:
+        assert seg_slots + own_slots <= int(np.floor(budget * L * T + 1e-9)) + L
+    if s == 0:  # no segment: the ordinary rule, bit for bit
+        assert all(np.array_equal(a, b) for a, b in zip(own, method.select(view).kept))
+
+
+def test_per_head_is_refused():
+    from sglang_pask.methods import make_method
+
+    with pytest.raises(ValueError, match="per_head selection does not support segment"):
+        check_method(make_method("snapkv", 0.33, per_head=True))
