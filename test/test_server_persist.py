@@ -52,6 +52,9 @@ STRICT_IDLE = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 SLEEP = ["--sleep-on-idle"]
 #: what SGLang logs (or raises) when that check fails (invariant_checker._report_leak,
 #: _check_req_pool, the busy check's assertions)
+#: per-request persistence (the whole prompt is the request's own): the radix-cache path, which
+#: caches compressed shared segments, has its own tests (test_srt_radix_server.py)
+NO_RADIX = ["--disable-radix-cache"]
 LEAK_TEXTS = ("memory leak detected", "Mem Leak Detected", "KV double free", "use-after-free")
 #: what the plugin logs when its own accounting or drops fail
 PASK_FAILURES = ("sglang_pask: compression failed", "sglang_pask: release record failed")
@@ -145,7 +148,8 @@ def _assert_released_within_budget(rec: dict, pools: dict, budget: float) -> flo
 @pytest.fixture(scope="module")
 def persist_server():
     args = ["--pask-policy", str(POLICY), "--pask-budget", str(BUDGET), "--pask-schedule", "continuous",
-            "--max-total-tokens", str(MAX_TOTAL), "--enable-metrics", "--decode-log-interval", "1", *SLEEP]
+            "--max-total-tokens", str(MAX_TOTAL), "--enable-metrics", "--decode-log-interval", "1", *SLEEP,
+            *NO_RADIX]
     with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
         yield srv
 
@@ -350,6 +354,10 @@ BAD_FLAGS = {
     "schedule-weekly": (["--pask-schedule", "weekly"],
                         "error: --pask-schedule must be one of continuous, prefill, got 'weekly'"),
     "budget-without-policy": (["--pask-budget", "0.5"], "error: --pask-budget needs --pask-policy"),
+    "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
+    "segment-none-with-radix": (["--pask-segment", "none"],
+                                "error: --pask-segment none needs --disable-radix-cache: with the radix cache on, "
+                                "the tree caches and shares only the compressed shared segment"),
 }
 
 
@@ -420,8 +428,9 @@ def test_bad_flag_stops_the_launcher_fast(bad_flag_runs, name):
 SIDE_SERVERS = {
     "stock": ["--max-total-tokens", str(MAX_TOTAL)],
     "streaming": ["--pask-policy", str(POLICY), "--pask-method", "streaming", "--pask-budget", "0.5",
-                  "--max-total-tokens", str(MAX_TOTAL)],
-    "random": ["--pask-policy", str(POLICY), "--pask-method", "random", "--max-total-tokens", str(MAX_TOTAL)],
+                  "--max-total-tokens", str(MAX_TOTAL), *NO_RADIX],
+    "random": ["--pask-policy", str(POLICY), "--pask-method", "random", "--max-total-tokens", str(MAX_TOTAL),
+               *NO_RADIX],
 }
 
 

@@ -26,6 +26,11 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--schedule", choices=SCHEDULES, help="when the method compresses (hf; default: the method's, "
                    "continuous); with openai a label")
+    from sglang_pask.methods.segment import SEGMENTS
+
+    p.add_argument("--segment", choices=SEGMENTS, help="hf: the shared segment compressed on its own (system: "
+                   "the system/tools message, as a server with the radix cache does; default none); with "
+                   "openai what the server reports")
     p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option (repeatable), e.g. normalize=true, window=32; values parse as JSON scalars")
     p.add_argument("--limit", type=int, help="at most N entries per category (the first N)")

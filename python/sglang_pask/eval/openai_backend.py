@@ -94,9 +94,11 @@ class OpenAIBackend(Backend):
         if isinstance(path, str) and os.path.isdir(path):
             out["model"] = model_record(path)
         states = info.get("internal_states") or [{}]
-        rec = (states[0].get("pask") or {}).get("method") if isinstance(states[0], dict) else None
+        pask = (states[0].get("pask") or {}) if isinstance(states[0], dict) else {}
+        rec = pask.get("method")
         if not rec:
             return out
+        out.update(segment=pask.get("segment") or "none", radix_cache=bool(pask.get("radix_cache")))
         served = {"method": rec["name"], "budget": float(rec["budget"]), "schedule": rec.get("schedule")}
         for k, label in self.labels.items():
             if label != served[k]:

@@ -9,7 +9,8 @@ list counts as "bfcl", so per-category runs merge), tool_choice, max_tokens, tem
 enable_thinking, backend) must agree across all runs: a report refuses, with one line naming the
 field and two runs, to put runs of different experiments in one table, unless ``group_by`` names
 that field (then it becomes part of the row key and a column). Within an experiment a row is
-``(method + its non-default options, schedule, budget, policy hash)``; runs with the same row key
+``(method + its non-default options + how the engine compressed -- a shared segment, a server's
+radix cache --, schedule, budget, policy hash)``; runs with the same row key
 are merged category by category (one run per category); if two hold the same category, the one
 with more entries wins and a warning names both.
 
@@ -93,11 +94,19 @@ def _policy(cfg: dict) -> str:
     return str(p) if p else "-"
 
 
+def _engine(cfg: dict) -> str:
+    """How the engine compressed, when it is not the whole prompt per request: `` [segment=system,
+    radix]`` (the shared segment compressed alone; a server's radix cache on)."""
+    parts = [f"segment={cfg['segment']}"] if cfg.get("segment") not in (None, "none") else []
+    parts += ["radix"] if cfg.get("radix_cache") else []
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
 def row_key(cfg: dict, group_by: tuple[str, ...] = ()) -> tuple:
     name, opts = _method(cfg)
     budget = cfg.get("budget")
     exp = experiment(cfg)
-    return (tuple(exp[f] for f in group_by), method_label(name, opts), _schedule(cfg),
+    return (tuple(exp[f] for f in group_by), method_label(name, opts) + _engine(cfg), _schedule(cfg),
             1.0 if budget is None else float(budget), _policy(cfg))
 
 

@@ -1,0 +1,300 @@
+"""The PASK radix cache in a live server (issue 13: ``--pask-policy`` with the radix cache on, so
+the tree caches each request's shared segment -- its system/tools message -- compressed once):
+
+* memory: 32 requests sharing one tools block of >= 300 tokens hold, read from the pools, one
+  compressed copy of the block (in the tree) plus each request's own tokens at the budget --
+  <= 1.05 x (b x prefix + sum of b x own) -- where a Full KV server (same binary, ``--pask-method
+  full``) holds the prefix once plus every own token;
+* a request that hits the cached segment reads exactly the slots a miss computed: its kept
+  positions at every compression and its tokens equal the miss's (the same request again) and
+  the reference runner's with ``segment="system"``;
+* accounting: after load with prefix hits, evictions (a KV memory far smaller than the distinct
+  tools blocks) and aborted streams, every unit slot and full id is either free or in the tree
+  (counters back to idle), SGLang's strict idle leak check never fired, the server still serves;
+* a node stamped under another policy, method or budget is never a match (unit test of the
+  FULL component's validator).
+
+The request data are train and calib entries (building and testing; never eval).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT
+
+openai = pytest.importorskip("openai")
+requests = pytest.importorskip("requests")
+
+from sglang_pask.testing import running_server  # noqa: E402
+
+MODEL = ROOT / "models" / "pask-tiny-fc"
+POLICY = ROOT / "policies" / "pask-tiny-fc.json"
+BUDGET = 0.33
+STRICT_IDLE = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
+SLEEP = ["--sleep-on-idle"]
+LEAK_TEXTS = ("memory leak detected", "Mem Leak Detected", "KV double free", "use-after-free",
+              "sglang_pask: compression failed", "sglang_pask: segment compression failed")
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(MODEL))
+
+
+def _segment_end(body: dict) -> int:
+    from sglang_pask.rendering import render_chat
+
+    return render_chat(_tokenizer(), {**body, "tool_choice": "required"}).segment_end
+
+
+def shared_block(n: int, min_segment: int = 300) -> tuple[list[dict], int]:
+    """``n`` train-split tiny requests with one tools block: the union of the tools of consecutive
+    single-call entries, until its system message is ``>= min_segment`` tokens; request ``i`` asks
+    the query of one of those entries, numbered (so no two prompts are equal). Returns (bodies,
+    segment end)."""
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.tiny.examples import request_body
+
+    entries = [e for e in generate("train", 100, profile="tiny") if len(e.ground_truth) == 1]
+    tools, names, used = [], set(), []
+    for e in entries:
+        body = request_body(e)[0]
+        new = [t for t in body["tools"] if t["function"]["name"] not in names]
+        tools += new
+        names |= {t["function"]["name"] for t in new}
+        used.append(body)
+        if _segment_end({"messages": body["messages"], "tools": tools}) >= min_segment:
+            break
+    bodies = []
+    for i in range(n):
+        messages = [dict(m) for m in used[i % len(used)]["messages"]]
+        messages[-1]["content"] = f"{messages[-1]['content']} (request {i})"
+        bodies.append({"messages": messages, "tools": tools})
+    return bodies, _segment_end(bodies[0])
+
+
+def _pask(srv) -> dict:
+    r = requests.get(f"{srv.url}/server_info", timeout=30)
+    r.raise_for_status()
+    return r.json()["internal_states"][0]["pask"]
+
+
+def _call(client, body: dict, **kw):
+    return client.chat.completions.create(model="default", messages=body["messages"], tools=body["tools"],
+                                          tool_choice="required", max_tokens=48, temperature=0, **kw)
+
+
+def _client(srv):
+    return openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=300, max_retries=0)
+
+
+def _balanced(state: dict) -> bool:
+    """Idle accounting: every full id and unit slot is free or held by the tree."""
+    pools, tree = state["pools"], state["tree"]
+    return (pools["full_available"] + tree["tokens"] == pools["full_size"]
+            and all(a + t == pools["unit_size"] for a, t in zip(pools["unit_available"], tree["unit_slots"]))
+            and pools["kv_bytes_in_use"] == tree["kv_bytes"] and tree["protected_tokens"] == 0)
+
+
+def _wait_balanced(srv, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _pask(srv)
+        if _balanced(state) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def _start_together(specs: dict[str, list[str]], env=None):
+    managers = {k: running_server(str(MODEL), [*a, "--skip-server-warmup", *SLEEP], env=env) for k, a in specs.items()}
+    with ThreadPoolExecutor(max_workers=len(managers)) as pool:
+        futures = {k: pool.submit(cm.__enter__) for k, cm in managers.items()}
+        started = [cm for k, cm in managers.items() if futures[k].exception() is None]
+    return managers, futures, started
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``full``: the same
+    binary with ``--pask-method full``. Started together, stopped by PID, also on failure."""
+    logs = tmp_path_factory.mktemp("radix-logs")
+    common = ["--pask-policy", str(POLICY), "--max-total-tokens", "16384"]
+    specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
+                      "--pask-tag-log", str(logs / "tags")],
+             "full": [*common, "--pask-method", "full"]}
+    managers, futures, started = _start_together(specs, env=STRICT_IDLE)
+    try:
+        out = {k: f.result() for k, f in futures.items()}
+        out["logs"] = logs
+        yield out
+    finally:
+        for cm in started:
+            cm.__exit__(None, None, None)
+
+
+def _send_shared(srv, bodies) -> list:
+    client = _client(srv)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda b: _call(client, b), bodies))
+
+
+def test_shared_tools_block_memory(servers):
+    bodies, seg = shared_block(32)
+    assert seg >= 300
+    held = {}
+    for name in ("pask", "full"):
+        srv = servers[name]
+        out = _send_shared(srv, bodies)
+        assert all(r.choices[0].message.tool_calls for r in out)
+        state = _wait_balanced(srv)
+        assert _balanced(state), state
+        pools, tree = state["pools"], state["tree"]
+        assert tree["nodes"] == 1 and tree["tokens"] == seg, tree  # one cached segment, whole
+        released = state["released"][-32:]
+        assert len(released) == 32 and all(r["finished"] for r in released)
+        per, layers = pools["bytes_per_token_layer"], sum(len(u) for u in pools["units"])
+        # each request's row maps the tree's segment ids: what it held of its own is the rest
+        own_bytes = [r["kv_bytes"] - tree["kv_bytes"] for r in released]
+        own_tokens = [r["seq_len"] - seg for r in released]
+        assert all(b > 0 for b in own_bytes) and all(t > 0 for t in own_tokens)
+        total = tree["kv_bytes"] + sum(own_bytes)
+        full_equiv = (seg + sum(own_tokens)) * layers * per
+        held[name] = (total, full_equiv, tree, state["segments"], pools)
+    total, full_equiv, tree, counters, pools = held["pask"]
+    per, units = pools["bytes_per_token_layer"], pools["units"]
+    layers = sum(len(u) for u in units)
+    index_bytes = pools["index_bytes"]
+    full_total = held["full"][0]
+    print(f"32 requests, one tools block of {seg} tokens: PASK@{BUDGET} held {total} KV bytes "
+          f"(segment {tree['kv_bytes']} in the tree, unit slots {tree['unit_slots']}), Full KV {full_total} "
+          f"(ratio {total / full_total:.3f}); bound 1.05 x b x (prefix + own) = {1.05 * BUDGET * full_equiv:.0f}; "
+          f"indices {index_bytes} bytes; segments {counters}")
+    assert full_total == held["full"][1]  # Full KV: the prefix once, every own token (its own run's)
+    newest = 32 * layers * per  # each request's last token, written after its last compression
+    assert total <= 1.05 * BUDGET * full_equiv + newest
+    # the segment itself: at most floor(b x L x S) token-layer slots, what the rule keeps
+    seg_slots = sum(n * len(u) for n, u in zip(tree["unit_slots"], units))
+    assert 0.95 * math.floor(BUDGET * layers * seg) <= seg_slots <= math.floor(BUDGET * layers * seg)
+    assert counters["segment_chunks_forced"] == 1 and counters["segments_compressed"] == 1, counters
+
+
+def test_hit_reads_what_a_miss_computed(servers):
+    """Three requests on a new tools block, one after another: the first misses (its segment is
+    prefilled alone and compressed), the others hit; the last is the first again. Kept positions
+    at every compression and tokens equal the reference runner's with segment='system'."""
+    from sglang_pask.eval.parity import _lines, compare, runner_trace, server_traces
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.hf import Runner
+    from sglang_pask.tiny.examples import request_body
+
+    srv = servers["pask"]
+    before = _pask(srv)["segments"]
+    entries = generate("calib", 2, profile="tiny", group=2)
+    bodies = [{**request_body(e)[0], "tool_choice": "required"} for e in entries]
+    bodies.append(bodies[0])
+    client = _client(srv)
+    outs = [_call(client, {k: b[k] for k in ("messages", "tools")}) for b in bodies]
+    time.sleep(1.0)  # the output record is written at release
+    after = _pask(srv)["segments"]
+    assert after["segment_chunks_forced"] - before["segment_chunks_forced"] == 1  # one miss
+    assert [c.function for c in outs[0].choices[0].message.tool_calls] == \
+        [c.function for c in outs[2].choices[0].message.tool_calls]
+    kept_dir, tag_dir = str(servers["logs"] / "kept"), str(servers["logs"] / "tags")
+    # the miss and the hit of the same request: the same kept positions at every compression
+    prompts = [r for r in _lines(os.path.join(tag_dir, "prompt-*.jsonl"))]
+    first_rids = [r["rid"] for r in prompts if r["token_ids"] == prompts[-3]["token_ids"]][-2:]
+    kept = _lines(os.path.join(kept_dir, "kept-*.jsonl"))
+    miss, hit = ([(k["step"], k["kept"]) for k in kept if k["rid"] == rid] for rid in first_rids)
+    assert miss and miss == hit
+    served = server_traces(kept_dir, tag_dir)  # the last of a prompt: A's hit, B's hit
+    runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
+                    segment="system")
+    units = runner.groups
+    for body in bodies[:2]:
+        body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
+        ref = runner_trace(runner, body, units, 48)
+        got = served.get(tuple(ref["prompt_ids"]))
+        assert got is not None, "the server's record of the request is missing"
+        row = compare(got, ref)
+        assert row["kept_equal"] and row["tokens_equal"], row
+
+
+def test_accounting_after_hits_evictions_and_aborts():
+    """A KV memory of 1536 full ids (507 slots per unit at 0.33) against 20 distinct tools blocks,
+    each asked twice, and 8 streams closed after their first chunk, all at once: the tree must
+    evict; afterwards every full id and unit slot is free or in the tree."""
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.tiny.examples import request_body
+
+    args = ["--pask-policy", str(POLICY), "--pask-budget", str(BUDGET), "--max-total-tokens", "1536",
+            "--skip-server-warmup", *SLEEP]
+    bodies = [request_body(e)[0] for e in generate("calib", 40, profile="tiny", group=2)]
+    with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
+        client = _client(srv)
+        errors, lock = [], threading.Lock()
+
+        def good(b):
+            try:  # parallel calls may not fit in 48 tokens: a "length" finish is an answer too
+                choice = _call(client, b).choices[0]
+                assert choice.message.tool_calls or choice.finish_reason == "length", choice
+            except Exception as e:  # noqa: BLE001 - reported below
+                with lock:
+                    errors.append(repr(e)[:300])
+
+        def aborted(b):
+            try:
+                stream = _call(client, b, stream=True)
+                next(iter(stream))
+                stream.close()
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    errors.append(repr(e)[:300])
+
+        jobs = [(good, b) for b in bodies] + [(aborted, b) for b in bodies[::5]]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(lambda j: j[0](j[1]), jobs))
+        assert not errors, errors
+        state = _wait_balanced(srv)
+        seg = state["segments"]
+        print(f"after {len(jobs)} requests on 20 tools blocks: tree {state['tree']}, pools unit_available "
+              f"{state['pools']['unit_available']} of {state['pools']['unit_size']}, segments {seg}")
+        assert _balanced(state), state
+        # evictions happened: more segments were computed than the tree holds, and some twice
+        assert state["tree"]["nodes"] < 20 and seg["segments_compressed"] > state["tree"]["nodes"], state
+        assert state["compression"]["errors"] == 0
+        log = srv.log()
+        for text in LEAK_TEXTS:
+            assert text not in log, f"{text!r} in the server log"
+        assert srv.proc.poll() is None
+        assert _call(client, bodies[0]).choices[0].message.tool_calls  # still serves
+
+
+def test_validator_refuses_other_stamps(monkeypatch):
+    """A node is a match only with the server's stamp (policy hash, method, budget)."""
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang_pask.srt import radix_tags, serving
+
+    config = serving.build_config(str(POLICY), budget=BUDGET, radix=True)
+    monkeypatch.setattr(serving, "active_config", lambda: config)
+    comp = radix_tags.PaskFullComponent.__new__(radix_tags.PaskFullComponent)
+    comp.component_type = ComponentType.FULL
+    monkeypatch.setattr(radix_tags.FullComponent, "create_match_validator",
+                        lambda self, match_device_only=False: (lambda node: True))
+    valid = comp.create_match_validator()
+
+    def node(stamp):
+        data = [SimpleNamespace(metadata={} if stamp is None else {radix_tags.SEGMENT_KEY: stamp})] * 5
+        return SimpleNamespace(component_data=data)
+
+    other = serving.build_config(str(POLICY), budget=0.5, radix=True)
+    assert config.stamp != other.stamp
+    assert valid(node(config.stamp))
+    assert not valid(node(other.stamp)) and not valid(node(None))
