@@ -10,8 +10,9 @@ lengths, bench_serving's default ``ignore_eos``).
 Part 1, capacity (``models/pask-tiny-fc``, ``--policy``): Full gets ``--max-total-tokens M``; PASK
 gets the largest N whose per-unit pools hold ``ceil(b N) == M`` slots, i.e. the same KV bytes
 (checked: the PASK pools' ``kv_bytes_capacity`` from ``/server_info`` against ``M x layers x
-bytes per token and layer``). Both run without the radix cache and the overlap scheduler (a policy
-turns them off). Long tool prompts (synthetic tiny-profile tools of the train split, added until
+bytes per token and layer``). Both run without the radix cache (shared prefixes:
+``server_shared_prefix.py``) and the overlap scheduler (a policy turns it off).
+Long tool prompts (synthetic tiny-profile tools of the train split, added until
 the rendered prompt reaches ``--prompt-tokens``), all sent at once. Measured: the most requests in
 one decode batch (the scheduler's ``Decode batch, #running-req`` line, logged every step) and
 bench_serving's output throughput.
@@ -133,7 +134,8 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
                max_total_num_tokens=info.get("max_total_num_tokens"),
                max_running_req=max(running, default=0),
                mean_running_req=round(statistics.mean(running), 2) if running else 0,
-               pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"))
+               pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"),
+               tree=pask.get("tree"), segments=pask.get("segments"))
     print(f"[{name}] max #running-req {res['max_running_req']}, output throughput "
           f"{res['output_throughput']:.1f} tok/s, median TPOT {res['median_tpot_ms']:.1f} ms", flush=True)
     return res

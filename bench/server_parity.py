@@ -48,7 +48,7 @@ def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, m
     args = ["--pask-policy", policy, "--pask-method", method, "--pask-budget", str(budget),
             "--pask-schedule", schedule, "--pask-interval", str(interval),
             "--pask-kept-log", kept, "--pask-tag-log", tags, "--log-level", "warning"]
-    args += [] if radix == "on" else ["--disable-radix-cache"]
+    args += ["--pask-segment", "system"] if radix == "on" else ["--disable-radix-cache"]
     with running_server(model, args) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="none")
         for body in tqdm(bodies, desc=f"server {method}@{budget:g}", unit="req", file=sys.stderr):

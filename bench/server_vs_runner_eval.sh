@@ -3,8 +3,9 @@
 # budget and schedule, in one `pask report` table (rows keyed by backend) plus the paired
 # difference per budget. Per budget b (policy P = policies/<model>.b<b>.json, calibrated on the
 # calib split):
-#   server: `make serve POLICY=P SERVE_ARGS="--pask-budget b --pask-schedule S"` (started here and
-#           stopped by PID), scored with `pask eval --backend openai` (the run records what the
+#   server: `make serve POLICY=P SERVE_ARGS="--pask-budget b --pask-schedule S --disable-radix-cache"`
+#           (the whole prompt compressed per request, as the runner; bench/radix_eval.sh has the
+#           radix cache on; started here and stopped by PID), scored with `pask eval --backend openai` (the run records what the
 #           server reports it runs; the --method/--budget/--schedule given are checked against it)
 #   runner: `pask eval --backend hf --method pask --policy P --budget b --schedule S`
 # Data: the tiny eval split (synthetic:eval:N:tiny), tool_choice=required, greedy, 128 tokens.
@@ -28,7 +29,8 @@ mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 for b in $BUDGETS; do
   policy=policies/$NAME.b$b.json
-  POLICY=$policy SERVE_ARGS="--pask-budget $b --pask-schedule $SCHEDULE --sleep-on-idle" ensure_server
+  POLICY=$policy SERVE_ARGS="--pask-budget $b --pask-schedule $SCHEDULE --disable-radix-cache --sleep-on-idle" \
+    ensure_server
   echo "[$SECONDS s] server, budget $b: pask eval --backend openai ($N entries, $WORKERS workers)"
   .venv/bin/pask eval --backend openai --base-url "http://$HOST:$PORT/v1" --method pask --budget "$b" \
     --schedule "$SCHEDULE" --workers "$WORKERS" "${COMMON[@]}" --out "$OUT/server-$b" | tail -n 1

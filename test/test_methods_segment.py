@@ -62,3 +62,15 @@ def test_per_head_is_refused():
 
     with pytest.raises(ValueError, match="per_head selection does not support segment"):
         check_method(make_method("snapkv", 0.33, per_head=True))
+
+
+@pytest.mark.parametrize("b, L, T, S, seg_slots, want", [
+    (0.33, 4, 127, 107, 150, 26),     # segment at b: the proportional share, floor(0.33*4*20)
+    (0.33, 4, 127, 107, 40, 127),     # a smaller segment: the request's budget less the segment
+    (1.0, 4, 127, 107, 428, 80),      # b = 1 keeps everything
+])
+def test_own_slots(b, L, T, S, seg_slots, want):
+    from sglang_pask.methods import make_method
+    from sglang_pask.methods.segment import own_slots
+
+    assert own_slots(make_method("streaming", b), L, T, S, seg_slots) == want

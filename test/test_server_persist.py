@@ -52,8 +52,9 @@ STRICT_IDLE = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 SLEEP = ["--sleep-on-idle"]
 #: what SGLang logs (or raises) when that check fails (invariant_checker._report_leak,
 #: _check_req_pool, the busy check's assertions)
-#: per-request persistence (the whole prompt is the request's own): the radix-cache path, which
-#: caches compressed shared segments, has its own tests (test_srt_radix_server.py)
+#: per-request persistence (the whole prompt is the request's own; a policy turns the radix cache
+#: off unless --pask-segment system; said here explicitly): the radix-cache path, which caches
+#: compressed shared segments, has its own tests (test_srt_radix_server.py)
 NO_RADIX = ["--disable-radix-cache"]
 LEAK_TEXTS = ("memory leak detected", "Mem Leak Detected", "KV double free", "use-after-free")
 #: what the plugin logs when its own accounting or drops fail
@@ -355,9 +356,8 @@ BAD_FLAGS = {
                         "error: --pask-schedule must be one of continuous, prefill, got 'weekly'"),
     "budget-without-policy": (["--pask-budget", "0.5"], "error: --pask-budget needs --pask-policy"),
     "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
-    "segment-none-with-radix": (["--pask-segment", "none"],
-                                "error: --pask-segment none needs --disable-radix-cache: with the radix cache on, "
-                                "the tree caches and shares only the compressed shared segment"),
+    "segment-budget-without-segment": (["--pask-segment-budget", "0.2"],
+                                       "error: --pask-segment-budget needs --pask-segment system"),
 }
 
 

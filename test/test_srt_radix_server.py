@@ -1,5 +1,6 @@
-"""The PASK radix cache in a live server (issue 13: ``--pask-policy`` with the radix cache on, so
-the tree caches each request's shared segment -- its system/tools message -- compressed once):
+"""The PASK radix cache in a live server (issue 13: ``--pask-policy P --pask-segment system`` with
+the radix cache on, so the tree caches each request's shared segment -- its system/tools
+message -- compressed once):
 
 * memory: 32 requests sharing one tools block of >= 300 tokens hold, read from the pools, one
   compressed copy of the block (in the tree) plus each request's own tokens at the budget --
@@ -126,7 +127,7 @@ def servers(tmp_path_factory):
     """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``full``: the same
     binary with ``--pask-method full``. Started together, stopped by PID, also on failure."""
     logs = tmp_path_factory.mktemp("radix-logs")
-    common = ["--pask-policy", str(POLICY), "--max-total-tokens", "16384"]
+    common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--max-total-tokens", "16384"]
     specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
                       "--pask-tag-log", str(logs / "tags")],
              "full": [*common, "--pask-method", "full"]}
@@ -234,7 +235,8 @@ def test_accounting_after_hits_evictions_and_aborts():
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.tiny.examples import request_body
 
-    args = ["--pask-policy", str(POLICY), "--pask-budget", str(BUDGET), "--max-total-tokens", "1536",
+    args = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--pask-budget", str(BUDGET),
+            "--max-total-tokens", "1536",
             "--skip-server-warmup", *SLEEP]
     bodies = [request_body(e)[0] for e in generate("calib", 40, profile="tiny", group=2)]
     with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
@@ -282,7 +284,7 @@ def test_validator_refuses_other_stamps(monkeypatch):
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang_pask.srt import radix_tags, serving
 
-    config = serving.build_config(str(POLICY), budget=BUDGET, radix=True)
+    config = serving.build_config(str(POLICY), budget=BUDGET, radix=True, segment="system")
     monkeypatch.setattr(serving, "active_config", lambda: config)
     comp = radix_tags.PaskFullComponent.__new__(radix_tags.PaskFullComponent)
     comp.component_type = ComponentType.FULL
@@ -294,7 +296,9 @@ def test_validator_refuses_other_stamps(monkeypatch):
         data = [SimpleNamespace(metadata={} if stamp is None else {radix_tags.SEGMENT_KEY: stamp})] * 5
         return SimpleNamespace(component_data=data)
 
-    other = serving.build_config(str(POLICY), budget=0.5, radix=True)
-    assert config.stamp != other.stamp
+    others = [serving.build_config(str(POLICY), budget=0.5, radix=True, segment="system"),
+              serving.build_config(str(POLICY), budget=BUDGET, radix=True, segment="system", segment_budget=0.2),
+              serving.build_config(str(POLICY), method="streaming", budget=BUDGET, radix=True, segment="system")]
+    assert len({config.stamp, *(o.stamp for o in others)}) == 4
     assert valid(node(config.stamp))
-    assert not valid(node(other.stamp)) and not valid(node(None))
+    assert not valid(node(None)) and not any(valid(node(o.stamp)) for o in others)

@@ -22,7 +22,7 @@ __all__ = ["HFBackend", "bind_runner", "runner_body"]
 
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
-                segment: str = "none", **method_options):
+                segment: str = "none", segment_budget: float | None = None, **method_options):
     """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
 
     ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
@@ -30,7 +30,8 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
     ``method``: a registry name, built by ``make_method(name, budget, policy=..., schedule=...,
     **method_options)``, or a KVMethod instance (``budget``/``schedule``/options then replace its
     fields, which needs a dataclass method). ``policy``: a loaded policy or a policy file, checked
-    against the model's binding. ``segment``: the runner's shared segment (``none`` or ``system``)."""
+    against the model's binding. ``segment``: the runner's shared segment (``none`` or ``system``), compressed at
+    ``segment_budget`` (default: the method's budget)."""
     from sglang_pask.hf import Runner
     from sglang_pask.methods import KVMethod, make_method
 
@@ -55,11 +56,12 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
         bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar,
-                       segment=segment)
+                       segment=segment, segment_budget=segment_budget)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
         return bound
-    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment=segment)
+    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment=segment,
+                  segment_budget=segment_budget)
 
 
 def _model_dir(model) -> str | None:
@@ -83,9 +85,10 @@ class HFBackend(Backend):
     max_workers = 1
 
     def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
-                 schedule: str | None = None, method_options: dict | None = None, segment: str = "none"):
+                 schedule: str | None = None, method_options: dict | None = None, segment: str = "none",
+                 segment_budget: float | None = None):
         self.runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
-                                  segment=segment, **(method_options or {}))
+                                  segment=segment, segment_budget=segment_budget, **(method_options or {}))
         self.model_dir = _model_dir(model)
         self.policy_file = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else None
 
@@ -97,7 +100,8 @@ class HFBackend(Backend):
         return cls(args.model, getattr(args, "method", None) or "full", getattr(args, "budget", None),
                    getattr(args, "policy", None), schedule=getattr(args, "schedule", None),
                    method_options=getattr(args, "method_options", None),
-                   segment=getattr(args, "segment", None) or "none")
+                   segment=getattr(args, "segment", None) or "none",
+                   segment_budget=getattr(args, "segment_budget", None))
 
     def describe(self) -> dict:
         """The run-record fields of :mod:`sglang_pask.eval.records` this backend decides."""
@@ -108,7 +112,8 @@ class HFBackend(Backend):
         return {"backend": self.name, "model": model_record(self.model_dir) if self.model_dir else None,
                 "method": rec, "method_options": method_options(m), "budget": float(m.budget),
                 "schedule": rec.get("schedule", getattr(m, "schedule", "continuous")),
-                "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": self.runner.segment}
+                "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": self.runner.segment,
+                "segment_budget": self.runner.segment_budget if self.runner.segment != "none" else None}
 
     def generate(self, request: Request) -> Generation:
         body = runner_body(request)

@@ -98,6 +98,7 @@ def _engine(cfg: dict) -> str:
     """How the engine compressed, when it is not the whole prompt per request: `` [segment=system,
     radix]`` (the shared segment compressed alone; a server's radix cache on)."""
     parts = [f"segment={cfg['segment']}"] if cfg.get("segment") not in (None, "none") else []
+    parts += [f"segment budget {cfg['segment_budget']:g}"] if parts and cfg.get("segment_budget") else []
     parts += ["radix"] if cfg.get("radix_cache") else []
     return f" [{', '.join(parts)}]" if parts else ""
 

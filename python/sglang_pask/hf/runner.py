@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
-from sglang_pask.methods.segment import SEGMENTS, own_kept, own_view, segment_kept
+from sglang_pask.methods.segment import SEGMENTS, own_due, own_kept, own_method, own_slots, own_view, segment_kept
 from sglang_pask.methods.segment import check_method as check_segment_method
 
 from .attention import use_pask_attention
@@ -69,7 +69,8 @@ class Runner:
     ``system`` (the system/tools message is a shared segment, prefilled and compressed on its
     own before the rest of the prompt is prefilled against what it kept; the request then
     compresses only its own tokens: :mod:`sglang_pask.methods.segment`, what a server with the
-    radix cache on does). Not thread-safe: one generation at a time.
+    radix cache on does; ``segment_budget``: the segment's budget, default the method's). Not
+    thread-safe: one generation at a time.
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
@@ -77,7 +78,7 @@ class Runner:
                  compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
                  constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
                  device: Optional[str] = None, method_options: Optional[dict] = None,
-                 segment: str = "none"):
+                 segment: str = "none", segment_budget: Optional[float] = None):
         if segment not in SEGMENTS:
             raise ValueError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
         if compress_every is not None and compress_every < 1:
@@ -119,6 +120,10 @@ class Runner:
         if segment != "none":
             check_segment_method(self.method)
         self.segment = segment
+        if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
+            raise ValueError(f"segment_budget must be in (0, 1], got {segment_budget}")
+        self.segment_budget = segment_budget
+        self._segment_slots = 0  # what the current request's segment kept (token-layer slots)
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -161,23 +166,14 @@ class Runner:
         (:func:`sglang_pask.methods.segment.own_view`); ``kept`` is then what every layer holds
         after (segment positions included)."""
         heads = max(cache.num_kv_heads, 1)
-        if segment_end and not force:
-            held_own = sum(int((cache.positions(li) >= segment_end).sum()) for li in range(self.num_layers))
-            if not self.due(step, held_own, seq_len - segment_end):
-                return None
-        elif not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
+        if segment_end:
+            return self._compress_own(cache, seq_len, classes, prompt_len, step, force, segment_end)
+        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
             return None  # checked first: this runs every decode step, the view only when due
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         masks = [cache.head_mask(li) for li in range(self.num_layers)]
         masks = None if all(m is None for m in masks) else [
             None if m is None else m.cpu().numpy() for m in masks]
-        if segment_end:
-            view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
-                            PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
-            own = own_kept(self.method, view, segment_end)
-            kept_all = [np.concatenate([r[r < segment_end], k]) for r, k in zip(retained, own)]
-            return self._keep(cache, step, seq_len, [int(a) for a in self.method.allocation(view)],
-                              kept_all, retained, None)
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
                          protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
@@ -186,13 +182,27 @@ class Runner:
         sel = self.method.select(view)
         return self._keep(cache, step, seq_len, allocation, sel.kept, retained, sel.head_mask)
 
+    def _compress_own(self, cache, seq_len, classes, prompt_len, step, force, segment_end):
+        """The own span ``[S, seq_len)`` alone, at :func:`~sglang_pask.methods.segment.own_slots`."""
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
+                        PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
+        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, self._segment_slots)
+        if not force and not own_due(self.method, step, view, slots):
+            return None
+        own = own_kept(self.method, view, segment_end, slots)
+        kept_all = [np.concatenate([r[r < segment_end], k]) for r, k in zip(retained, own)]
+        allocation = [int(a) for a in own_method(self.method, view, slots).allocation(view)]
+        return self._keep(cache, step, seq_len, allocation, kept_all, retained, None)
+
     def compress_segment(self, cache: PrunableCache, classes: Sequence[int]) -> Compression:
         """The shared segment ``[0, S)`` (``S = len(classes)``, its KV just written, nothing
         after it): keep what :func:`~sglang_pask.methods.segment.segment_kept` keeps."""
         s = len(classes)
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         kept = segment_kept(self.method, self.num_layers, self.groups, classes,
-                            attention=_stats(cache, retained))
+                            attention=_stats(cache, retained), segment_budget=self.segment_budget)
+        self._segment_slots = sum(len(k) for k in kept)
         return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None)
 
     def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask) -> Compression:
@@ -232,7 +242,7 @@ class Runner:
         cache = self.new_cache()
 
         seg = tags.segment_end if self.segment == "system" else 0
-        segment = None
+        segment, self._segment_slots = None, 0
         if seg:  # the shared segment first, compressed alone; the rest attends to what it kept
             self.forward(cache, prompt[:seg], 0)
             segment = self.compress_segment(cache, prompt_classes[:seg])

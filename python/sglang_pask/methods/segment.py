@@ -2,18 +2,23 @@
 
 A request whose prompt starts with a segment ``[0, S)`` that other requests share (the system /
 tools message: :attr:`sglang_pask.rendering.RenderedPrompt.segment_end`) is compressed in two
-spans, each by the same method at the same budget ``b``:
+spans, by the same method:
 
 * the **segment** ``[0, S)``, once, when its KV is complete: :func:`segment_kept` applies the
-  method to the segment alone (its classes, its length, every position held, no protected tail).
-  The result is a function of (segment classes, ``S``, method with its budget and policy, layer
-  groups) only, so every request that shares the segment holds exactly the same positions of it,
-  whichever request computed it, and however the radix tree holds it;
+  method to the segment alone (its classes, its length, every position held, no protected tail)
+  at the segment budget ``b_s`` (default: the method's budget ``b``). The result is a function of
+  (segment classes, ``S``, method with its policy, ``b_s``, layer groups) only, so every request
+  that shares the segment holds exactly the same positions of it, whichever request computed it,
+  and however the radix tree holds it;
 * the request's **own** tokens ``[S, T)``, at every compression point of the method's schedule:
   :func:`own_view` is the view of those positions alone, shifted to start at 0, and
   :func:`own_kept` maps the method's selection back. Segment positions are never touched, and
-  they are counted in the request's budget: the segment keeps ``floor(b*L*S)`` slots, the own
-  span ``floor(b*L*(T - S))``, together at most ``floor(b*L*T)``.
+  they are counted in the request's budget (:func:`own_slots`): the own span may keep
+  ``max(floor(b*L*(T - S)), floor(b*L*T) - segment slots)``. With ``b_s == b`` that is the
+  proportional split (the segment ``b*S``, the own span ``b*(T - S)``: a cache holding one
+  segment for R requests holds about ``b x`` (prefix + every own token)); with ``b_s < b`` what
+  the segment does not keep goes to the request's own tokens, up to the request's whole budget
+  ``b*T`` counting the segment.
 
 With ``S == 0`` (no shared segment) the own view is the whole view: the ordinary rule.
 Engine-agnostic, like the rest of :mod:`sglang_pask.methods`; per-KV-head methods are refused
@@ -22,6 +27,7 @@ Engine-agnostic, like the rest of :mod:`sglang_pask.methods`; per-KV-head method
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -39,11 +45,21 @@ def check_method(method: KVMethod) -> None:
         raise ValueError(f"{method.name}: per_head selection does not support segment compression")
 
 
+def with_budget(method: KVMethod, budget: Optional[float]) -> KVMethod:
+    """``method`` at ``budget`` (itself when None or equal)."""
+    if budget is None or float(budget) == method.budget:
+        return method
+    return dataclasses.replace(method, budget=float(budget))
+
+
 def segment_kept(method: KVMethod, num_layers: int, groups: Sequence[Sequence[int]],
-                 classes: Sequence[int], attention: Optional[AttentionStats] = None) -> list[np.ndarray]:
+                 classes: Sequence[int], attention: Optional[AttentionStats] = None,
+                 segment_budget: Optional[float] = None) -> list[np.ndarray]:
     """Per layer, int64 sorted positions of the segment ``[0, S)`` (``S = len(classes)``) that
-    persist. ``attention``: statistics aligned with every position (methods that need them)."""
+    persist, at ``segment_budget`` (default: the method's). ``attention``: statistics aligned
+    with every position (methods that need them)."""
     check_method(method)
+    method = with_budget(method, segment_budget)
     s = len(classes)
     if s == 0:
         return [np.zeros(0, np.int64) for _ in range(num_layers)]
@@ -79,13 +95,39 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
 
 
 def own_held(view: CacheView) -> int:
-    """Slots the own span holds (what :meth:`KVMethod.due` is asked about)."""
+    """Slots the own span holds."""
     return int(view.held().sum())
 
 
-def own_kept(method: KVMethod, view: CacheView, segment_end: int) -> list[np.ndarray]:
+def own_slots(method: KVMethod, num_layers: int, seq_len: int, segment_end: int, segment_slots: int) -> int:
+    """Token-layer slots the own span ``[S, T)`` may keep: its proportional share, or the
+    request's whole budget less what the segment keeps, whichever is larger (module)."""
+    if method.budget >= 1.0:
+        return num_layers * (seq_len - segment_end)
+    total = int(np.floor(method.budget * num_layers * seq_len + 1e-9))
+    share = int(np.floor(method.budget * num_layers * (seq_len - segment_end) + 1e-9))
+    return max(share, total - int(segment_slots))
+
+
+def own_due(method: KVMethod, step: int, view: CacheView, slots: int) -> bool:
+    """The method's schedule, and the own span holds more than ``slots``."""
+    return method.checks_at(step) and own_held(view) > slots
+
+
+def own_method(method: KVMethod, view: CacheView, slots: int) -> KVMethod:
+    """``method`` at the budget whose ``floor(b*L*T_own)`` is ``slots`` (capped at 1)."""
+    if method.budget >= 1.0:
+        return method
+    denom = view.num_layers * view.seq_len
+    return with_budget(method, min(1.0, (slots + 1e-6) / denom))
+
+
+def own_kept(method: KVMethod, view: CacheView, segment_end: int, slots: Optional[int] = None) -> list[np.ndarray]:
     """Per layer, int64 sorted absolute positions of the own span that persist (``view`` from
-    :func:`own_view`)."""
+    :func:`own_view`; ``slots``: its allocation, from :func:`own_slots`; None: the method's budget
+    of the own span)."""
     check_method(method)
+    if slots is not None:
+        method = own_method(method, view, slots)
     sel = method.select(view)
     return [np.asarray(k, dtype=np.int64) + int(segment_end) for k in sel.kept]

@@ -65,21 +65,26 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
 
         if ensure_segment(req, req_to_token, allocator, config):
             held = held_positions(allocator, full_ids)
-    own = [h[h >= seg] for h in held] if seg else held
-    slots = sum(len(h) * len(u) for h, u in zip(own, units))
-    if not method.due(step, slots, seq_len - seg, config.num_layers):
-        return 0
+    if not seg:
+        slots = sum(len(h) * len(u) for h, u in zip(held, units))
+        if not method.due(step, slots, seq_len, config.num_layers):
+            return 0
     retained = [None] * config.num_layers
     for h, layers in zip(held, units):
         for layer in layers:
             retained[layer] = h
     classes = tags.classes(req, seq_len)
-    if seg:  # own tokens only, as their own span; the segment's persisted slots stay
-        from sglang_pask.methods.segment import own_kept, own_view
+    if seg:  # own tokens only, as their own span; the segment's persisted slots stay, counted
+        from sglang_pask.methods.segment import own_due, own_kept, own_slots, own_view
+        from sglang_pask.srt.segments import segment_kept_units
 
+        segment_kept_units(req, config)  # sets tags.segment_slots
         view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
                         PROTECTED_TAIL, tags.prompt_len)
-        kept_own = own_kept(method, view, seg)
+        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots)
+        if not own_due(method, step, view, allowed):
+            return 0
+        kept_own = own_kept(method, view, seg, allowed)
         sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
     else:
         view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,

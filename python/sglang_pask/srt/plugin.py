@@ -47,8 +47,11 @@ PERSIST_FLAGS = {
     "--pask-interval": ("pask_interval", serving.ENV_INTERVAL, int,
                         "decode steps between budget checks under continuous (default 1)"),
     "--pask-segment": ("pask_segment", serving.ENV_SEGMENT, str,
-                       "the shared segment: system (the system/tools message, compressed once and "
-                       "shared through the radix cache; the default) or none (needs --disable-radix-cache)"),
+                       "the shared segment: none (default: the whole prompt per request, radix cache off) "
+                       "or system (the system/tools message, compressed once and, with the radix cache "
+                       "on, shared through it)"),
+    "--pask-segment-budget": ("pask_segment_budget", serving.ENV_SEGMENT_BUDGET, float,
+                              "budget of the shared segment (default: --pask-budget)"),
     "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
                         "(debug) write the kept positions of every compression to JSON lines in DIR"),
 }
@@ -92,18 +95,21 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
 def _persistence_args(args: argparse.Namespace, path: str) -> None:
     """Check the persistence flags (building the serving config once, so errors name the flag),
     export them to child processes, and set what the per-unit pools need: page size 1, no
-    overlap scheduling (drops read the just-written state) and, with the radix cache on, the
-    PASK radix cache (``--radix-cache-backend pask``: it caches only compressed shared segments,
-    :mod:`.radix_cache`)."""
+    overlap scheduling (drops read the just-written state) and the radix cache: with
+    ``--pask-segment system`` SGLang's setting, as the PASK radix cache (``--radix-cache-backend
+    pask``: it caches only compressed shared segments, :mod:`.radix_cache`); otherwise off (a
+    sequence compressed per request must not be shared as a prefix)."""
     values = {flag: getattr(args, dest, None) for flag, (dest, *_r) in PERSIST_FLAGS.items()}
     radix = not getattr(args, "disable_radix_cache", False)
     try:
         config = serving.build_config(path, method=values["--pask-method"], budget=values["--pask-budget"],
                                       schedule=values["--pask-schedule"], interval=values["--pask-interval"],
                                       model_dir=getattr(args, "model_path", None),
-                                      segment=values["--pask-segment"], radix=radix)
+                                      segment=values["--pask-segment"], radix=radix,
+                                      segment_budget=values["--pask-segment-budget"])
     except (ValueError, TypeError) as e:
         raise SystemExit(f"error: {e}") from None
+    radix = config.radix
     backend = getattr(args, "radix_cache_backend", None)
     if radix and backend not in (None, "", RADIX_BACKEND):
         raise SystemExit(f"error: {FLAG}: --radix-cache-backend {backend} cannot hold per-unit KV "
@@ -119,6 +125,10 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
         args.radix_cache_backend = RADIX_BACKEND
         os.environ[serving.ENV_RADIX] = "1"
     else:
+        if not getattr(args, "disable_radix_cache", False):
+            logger.info("sglang_pask: radix cache disabled (compressed prefixes are shared only with "
+                        "--pask-segment system)")
+        args.disable_radix_cache = True
         os.environ.pop(serving.ENV_RADIX, None)
     for flag, (dest, env, _t, _h) in PERSIST_FLAGS.items():
         v = values[flag]

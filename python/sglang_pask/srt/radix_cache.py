@@ -49,6 +49,9 @@ def _nodes(root):
 class PaskRadixCache(UnifiedRadixCache):
     """SGLang's unified radix cache whose sizes are counted in schedulable tokens (module)."""
 
+    #: its :meth:`checkpoint` compresses the segment it inserts (read by :mod:`.segments`)
+    compresses_segments = True
+
     def _ids(self, evictable_only: bool = True) -> torch.Tensor:
         """int64 full ids the tree holds (with ``evictable_only``: in unlocked nodes)."""
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType

@@ -97,6 +97,7 @@ class RequestTags:
         self.segment_end = int(seg) if isinstance(seg, int) and 0 < seg < self.prompt_len else 0
         #: per unit, the segment positions that persist (:mod:`.segments`; computed once)
         self.segment_kept = None
+        self.segment_slots = 0
         self._tracker = None
         self._fed = 0
         self._failed = not self.tagged

@@ -40,7 +40,8 @@ def segment_kept_units(req, config) -> list[np.ndarray]:
     if tags.segment_kept is None:
         from sglang_pask.methods.segment import segment_kept
 
-        kept = segment_kept(config.method, config.num_layers, config.groups, tags.prompt[:tags.segment_end])
+        kept = segment_kept(config.method, config.num_layers, config.groups, tags.prompt[:tags.segment_end],
+                            segment_budget=config.segment_budget)
         units = []
         for layers in config.units:
             for layer in layers[1:]:
@@ -48,6 +49,7 @@ def segment_kept_units(req, config) -> list[np.ndarray]:
                     raise RuntimeError(f"{config.method.name} kept different sets within unit {list(layers)}")
             units.append(kept[layers[0]])
         tags.segment_kept = units
+        tags.segment_slots = sum(len(k) for k in kept)  # token-layer slots
     return tags.segment_kept
 
 
@@ -73,13 +75,12 @@ def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
 def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     result = original(req, tree_cache, *args, **kwargs)
     from sglang_pask.srt.pools import PaskAllocator
-    from sglang_pask.srt.radix_cache import PaskRadixCache
     from sglang_pask.srt.serving import active_config
 
     config = active_config()
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
-    if isinstance(tree_cache, PaskRadixCache):
-        return result  # its checkpoint did it
+    if getattr(tree_cache, "compresses_segments", False):
+        return result  # the PASK radix cache's checkpoint did it
     if config is not None and config.segment != "none" and isinstance(alloc, PaskAllocator):
         try:
             ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)

@@ -10,10 +10,13 @@ Flags (added by :mod:`.plugin`, carried to the scheduler through environment var
 * ``--pask-budget B`` (default: the policy's budget), ``--pask-schedule S`` (default: the
   method's, as ``pask eval --backend hf``), ``--pask-interval N`` (decode steps between budget
   checks under ``continuous``).
-* ``--pask-segment none|system`` (default ``system`` with the radix cache on, ``none`` with
-  ``--disable-radix-cache``): the shared segment (:mod:`sglang_pask.methods.segment`). With the
-  radix cache on, the tree caches and shares exactly each request's segment, compressed once
-  (:mod:`.radix_cache`), so ``none`` needs the radix cache off.
+* ``--pask-segment none|system`` (default ``none``: the whole prompt is the request's own and
+  the radix cache is turned off) and ``--pask-segment-budget B_s``: the shared segment, compressed
+  once at ``B_s`` (default ``B``; :mod:`sglang_pask.methods.segment`). With ``system`` and the
+  radix cache on (SGLang's default), the tree caches and shares exactly each request's segment,
+  compressed (:mod:`.radix_cache`); with ``--disable-radix-cache`` nothing is shared, the rule is
+  the same. Opt-in because, measured on the calib split (tiny, grouped, budget 0.33), segment
+  compression scores far below whole-prompt compression (README, issue 13).
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
 per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
@@ -39,6 +42,7 @@ ENV_INTERVAL = "SGLANG_PASK_INTERVAL"
 ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
 ENV_SEGMENT = "SGLANG_PASK_SEGMENT"
 ENV_RADIX = "SGLANG_PASK_RADIX"
+ENV_SEGMENT_BUDGET = "SGLANG_PASK_SEGMENT_BUDGET"
 
 DEFAULT_METHOD = "pask"
 
@@ -73,6 +77,8 @@ class ServingConfig:
     #: the radix cache is on (it then caches exactly the segments: :mod:`.radix_cache`)
     radix: bool = False
     policy_sha256: str = ""
+    #: the segment's budget (None: the method's)
+    segment_budget: Optional[float] = None
 
     @property
     def budget(self) -> float:
@@ -83,19 +89,22 @@ class ServingConfig:
         """What decides a compressed segment besides its tokens: stamped on the radix node that
         holds it, and part of the cache namespace of every request (no other policy, method or
         budget can match it)."""
-        return f"{self.method.name}@{self.budget:g}/{self.policy_sha256[:16]}"
+        seg = "" if self.segment_budget is None else f",segment@{self.segment_budget:g}"
+        return f"{self.method.name}@{self.budget:g}{seg}/{self.policy_sha256[:16]}"
 
     def describe(self) -> str:
         return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
                 f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
-                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}, "
+                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}"
+                f"{'' if self.segment_budget is None else f' at budget {self.segment_budget:g}'}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
 
 def build_config(policy_path: str, method: Optional[str] = None, budget: Optional[float] = None,
                  schedule: Optional[str] = None, interval: Optional[int] = None,
                  kept_log: Optional[str] = None, model_dir: Optional[str] = None,
-                 segment: Optional[str] = None, radix: bool = False) -> ServingConfig:
+                 segment: Optional[str] = None, radix: bool = False,
+                 segment_budget: Optional[float] = None) -> ServingConfig:
     """The serving configuration; raises ValueError naming the bad flag or field."""
     from sglang_pask.methods.segment import SEGMENTS
     from sglang_pask.methods.segment import check_method as check_segment_method
@@ -122,10 +131,12 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
         raise ValueError(f"--pask-interval must be an integer >= 1, got {interval}")
     if segment is not None and segment not in SEGMENTS:
         raise ValueError(f"--pask-segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
-    segment = segment or ("system" if radix else "none")
-    if radix and segment == "none":
-        raise ValueError("--pask-segment none needs --disable-radix-cache: with the radix cache on, the "
-                         "tree caches and shares only the compressed shared segment")
+    segment = segment or "none"
+    radix = bool(radix) and segment != "none"  # the radix cache holds compressed segments only
+    if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
+        raise ValueError(f"--pask-segment-budget must be in (0, 1], got {segment_budget:g}")
+    if segment_budget is not None and segment == "none":
+        raise ValueError("--pask-segment-budget needs --pask-segment system")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
@@ -147,8 +158,9 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     from sglang_pask.policy.digest import policy_hash
 
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
-                         num_layers=num_layers, kept_log=kept_log, segment=segment, radix=bool(radix),
-                         policy_sha256=policy_hash(policy))
+                         num_layers=num_layers, kept_log=kept_log, segment=segment, radix=radix,
+                         policy_sha256=policy_hash(policy),
+                         segment_budget=None if segment_budget is None else float(segment_budget))
 
 
 def _env_float(name: str) -> Optional[float]:
@@ -170,4 +182,5 @@ def active_config() -> Optional[ServingConfig]:
     return build_config(path, method=os.environ.get(ENV_METHOD) or None, budget=_env_float(ENV_BUDGET),
                         schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
                         kept_log=os.environ.get(ENV_KEPT_LOG) or None,
-                        segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1")
+                        segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1",
+                        segment_budget=_env_float(ENV_SEGMENT_BUDGET))

@@ -1,0 +1,157 @@
+"""Shared-prefix tool serving at a fixed KV memory: Full KV vs PASK@b, both with the radix cache on,
+side by side in one run (issue 13).
+
+Agents send the same tools block with every request: here ``--blocks`` tools blocks (the union
+of the tools of consecutive train-split tiny entries, until the system message is at least
+``--segment-tokens`` tokens), each asked ``--per-block`` times with the queries of its entries
+(numbered, so no two prompts are equal), in a shuffled order. Load is SGLang's own
+``sglang.benchmark.serving`` (backend ``sglang-oai-chat``, dataset ``openai``: the chat requests
+with their tools, through ``/v1/chat/completions``; fixed output lengths, ``ignore_eos``), all
+requests at once.
+
+* Full: stock SGLang (no policy; this project's launcher, the same binary), radix cache on: it
+  shares each tools block across its requests; ``--max-total-tokens M``.
+* PASK@b: ``--pask-policy P --pask-segment system``, radix cache on: the tree caches each block
+  once, compressed to b (the shared segment), each request compresses its own tokens; the
+  largest ``--max-total-tokens N`` whose per-unit pools hold ``ceil(b N) == M`` slots: the same
+  KV bytes (checked against ``/server_info``).
+
+Both run without the overlap scheduler (a policy turns it off). Measured: bench_serving's
+completed requests/s and output throughput, the most requests in one decode batch, and, read
+from the pools after the run, what the tree holds (tokens, unit slots, KV bytes).
+
+    .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
+
+Writes ``report.md``, ``results.json`` and ``meta.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_capacity import pask_tokens_for, serve_and_bench  # noqa: E402
+
+MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
+
+
+def shared_requests(tokenizer, blocks: int, per_block: int, segment_tokens: int, seed: int) -> list[dict]:
+    """``blocks x per_block`` chat requests (see the module docstring), shuffled."""
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.rendering import render_chat
+    from sglang_pask.tiny.examples import request_body
+
+    entries = iter(e for e in generate("train", 4000, profile="tiny") if len(e.ground_truth) == 1)
+    out = []
+    for b in range(blocks):
+        tools, names, used = [], set(), []
+        while True:
+            body = request_body(next(entries))[0]
+            new = [t for t in body["tools"] if t["function"]["name"] not in names]
+            tools += new
+            names |= {t["function"]["name"] for t in new}
+            used.append(body)
+            r = render_chat(tokenizer, {"messages": body["messages"], "tools": tools, "tool_choice": "auto"})
+            if r.segment_end >= segment_tokens:
+                break
+        for i in range(per_block):
+            messages = [dict(m) for m in used[i % len(used)]["messages"]]
+            messages[-1]["content"] = f"{messages[-1]['content']} (request {b}.{i})"
+            req = {"messages": messages, "tools": tools, "tool_choice": "auto"}
+            r = render_chat(tokenizer, req)
+            out.append({**req, "prompt_tokens": len(r.token_ids), "segment_tokens": r.segment_end})
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def write_dataset(path: Path, reqs: list[dict], out_len: int) -> dict:
+    with open(path, "w") as f:
+        for r in reqs:
+            row = {k: r[k] for k in ("messages", "tools", "tool_choice")} | {"max_tokens": out_len}
+            f.write(json.dumps(row) + "\n")
+    seg = sorted({r["segment_tokens"] for r in reqs})
+    return {"requests": len(reqs), "output_tokens": out_len, "segment_tokens": seg,
+            "prompt_tokens_total": sum(r["prompt_tokens"] for r in reqs),
+            "own_prompt_tokens_mean": round(sum(r["prompt_tokens"] - r["segment_tokens"] for r in reqs) / len(reqs), 1)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="models/pask-tiny-fc")
+    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--budget", type=float, default=0.33)
+    p.add_argument("--full-tokens", type=int, default=4096, help="Full KV tokens (M)")
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--per-block", type=int, default=16)
+    p.add_argument("--segment-tokens", type=int, default=400)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--segment-budget", type=float, default=None, help="the shared segment's budget")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    from transformers import AutoTokenizer
+
+    t0 = time.time()
+    reqs = shared_requests(AutoTokenizer.from_pretrained(a.model), a.blocks, a.per_block, a.segment_tokens, a.seed)
+    n = len(reqs)
+    with tempfile.TemporaryDirectory(prefix="pask-shared-") as d:
+        work = Path(d)
+        data = write_dataset(work / "data.jsonl", reqs, a.output_len)
+        print(f"[shared-prefix] {json.dumps(data)}", flush=True)
+        full = serve_and_bench("full", a.model, [*MATCHED, "--max-total-tokens", str(a.full_tokens)],
+                               work / "data.jsonl", n, n, work)
+        n_pask = pask_tokens_for(a.full_tokens, a.budget)
+        seg = ["--pask-segment", "system"] + ([] if a.segment_budget is None else
+                                              ["--pask-segment-budget", str(a.segment_budget)])
+        pask = serve_and_bench("pask", a.model, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy",
+                                                 a.policy, "--pask-budget", str(a.budget), *seg],
+                               work / "data.jsonl", n, n, work)
+    pools = pask["pools"]
+    layers = sum(len(u) for u in pools["units"])
+    kv = {"full": a.full_tokens * layers * pools["bytes_per_token_layer"], "pask": pools["kv_bytes_capacity"]}
+    ratio = {k: round(pask[k] / full[k], 3) if full.get(k) else None
+             for k in ("request_throughput", "output_throughput", "max_running_req", "mean_running_req",
+                       "median_tpot_ms", "median_ttft_ms")}
+    results = {"model": a.model, "policy": a.policy, "budget": a.budget, "dataset": data, "kv_bytes": kv,
+               "pask_max_total_tokens": n_pask, "full": full, "pask": pask, "ratio": ratio}
+    from sglang_pask.calibrate.pipeline import code_version
+
+    meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    text = "\n".join([
+        f"# Shared-prefix tool serving, Full vs PASK@{a.budget:g}, radix cache on ({meta['date']})", "",
+        f"`{meta['command']}` (code {meta['code']}, {meta['machine']}, {meta['wall_s']} s)", "",
+        f"{n} requests: {a.blocks} tools blocks (system messages of {data['segment_tokens']} tokens) x "
+        f"{a.per_block} queries (own prompt tokens {data['own_prompt_tokens_mean']} on average), "
+        f"{a.output_len} output tokens each (ignore_eos), all sent at once. Same KV bytes: Full "
+        f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, "
+        f"{pools['unit_size']} slots per unit).", "",
+        "| | completed | requests/s | output tok/s | max running | mean running | median TPOT ms | median TTFT ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *[f"| {name} | {r['completed']} | {r['request_throughput']:.3f} | {r['output_throughput']:.1f} | "
+          f"{r['max_running_req']} | {r['mean_running_req']} | {r['median_tpot_ms']:.1f} | {r['median_ttft_ms']:.0f} |"
+          for name, r in (("Full KV (stock SGLang)", full), (f"PASK@{a.budget:g}", pask))],
+        f"| ratio PASK / Full | | {ratio['request_throughput']} | {ratio['output_throughput']} | "
+        f"{ratio['max_running_req']} | {ratio['mean_running_req']} | {ratio['median_tpot_ms']} | "
+        f"{ratio['median_ttft_ms']} |", "",
+        f"After the run the PASK tree held: {json.dumps(pask.get('tree'))}.", ""])
+    (out / "report.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
