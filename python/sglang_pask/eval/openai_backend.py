@@ -98,7 +98,8 @@ class OpenAIBackend(Backend):
         rec = pask.get("method")
         if not rec:
             return out
-        out.update(segment=pask.get("segment") or "none", radix_cache=bool(pask.get("radix_cache")))
+        out.update(segment=pask.get("segment") or "none", radix_cache=bool(pask.get("radix_cache")),
+                   segment_budget=pask.get("segment_budget"))
         served = {"method": rec["name"], "budget": float(rec["budget"]), "schedule": rec.get("schedule")}
         for k, label in self.labels.items():
             if label != served[k]:
