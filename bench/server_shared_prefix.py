@@ -18,7 +18,8 @@ requests at once.
 
 Both run without the overlap scheduler (a policy turns it off). Measured: bench_serving's
 completed requests/s and output throughput, the most requests in one decode batch, and, read
-from the pools after the run, what the tree holds (tokens, unit slots, KV bytes).
+from the pools after the run, what the tree holds (tokens, unit slots, KV bytes). PASK runs the
+continuous schedule at each of ``--intervals`` (decode steps between budget checks).
 
     .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
 
@@ -94,6 +95,7 @@ def main(argv=None) -> int:
     p.add_argument("--segment-tokens", type=int, default=400)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--segment-budget", type=float, default=None, help="the shared segment's budget")
+    p.add_argument("--intervals", default="1,16", help="PASK compression intervals (continuous schedule)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -111,17 +113,23 @@ def main(argv=None) -> int:
         n_pask = pask_tokens_for(a.full_tokens, a.budget)
         seg = ["--pask-segment", "system"] + ([] if a.segment_budget is None else
                                               ["--pask-segment-budget", str(a.segment_budget)])
-        pask = serve_and_bench("pask", a.model, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy",
-                                                 a.policy, "--pask-budget", str(a.budget), *seg],
-                               work / "data.jsonl", n, n, work)
+        runs = {}
+        for interval in [int(x) for x in a.intervals.split(",")]:
+            runs[interval] = serve_and_bench(
+                f"pask-i{interval}", a.model,
+                [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", a.policy, "--pask-budget",
+                 str(a.budget), "--pask-schedule", "continuous", "--pask-interval", str(interval), *seg],
+                work / "data.jsonl", n, n, work)
+    pask = next(iter(runs.values()))
     pools = pask["pools"]
     layers = sum(len(u) for u in pools["units"])
     kv = {"full": a.full_tokens * layers * pools["bytes_per_token_layer"], "pask": pools["kv_bytes_capacity"]}
-    ratio = {k: round(pask[k] / full[k], 3) if full.get(k) else None
-             for k in ("request_throughput", "output_throughput", "max_running_req", "mean_running_req",
-                       "median_tpot_ms", "median_ttft_ms")}
+    keys = ("request_throughput", "output_throughput", "max_running_req", "mean_running_req", "median_tpot_ms",
+            "median_ttft_ms")
+    ratios = {i: {k: round(r[k] / full[k], 3) if full.get(k) else None for k in keys} for i, r in runs.items()}
     results = {"model": a.model, "policy": a.policy, "budget": a.budget, "dataset": data, "kv_bytes": kv,
-               "pask_max_total_tokens": n_pask, "full": full, "pask": pask, "ratio": ratio}
+               "pask_max_total_tokens": n_pask, "full": full, "pask": {str(i): r for i, r in runs.items()},
+               "ratio": {str(i): r for i, r in ratios.items()}}
     from sglang_pask.calibrate.pipeline import code_version
 
     meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
@@ -143,11 +151,12 @@ def main(argv=None) -> int:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *[f"| {name} | {r['completed']} | {r['request_throughput']:.3f} | {r['output_throughput']:.1f} | "
           f"{r['max_running_req']} | {r['mean_running_req']} | {r['median_tpot_ms']:.1f} | {r['median_ttft_ms']:.0f} |"
-          for name, r in (("Full KV (stock SGLang)", full), (f"PASK@{a.budget:g}", pask))],
-        f"| ratio PASK / Full | | {ratio['request_throughput']} | {ratio['output_throughput']} | "
-        f"{ratio['max_running_req']} | {ratio['mean_running_req']} | {ratio['median_tpot_ms']} | "
-        f"{ratio['median_ttft_ms']} |", "",
-        f"After the run the PASK tree held: {json.dumps(pask.get('tree'))}.", ""])
+          for name, r in [("Full KV (stock SGLang)", full)]
+          + [(f"PASK@{a.budget:g}, interval {i}", r) for i, r in runs.items()]],
+        *[f"| ratio PASK (interval {i}) / Full | | {q['request_throughput']} | {q['output_throughput']} | "
+          f"{q['max_running_req']} | {q['mean_running_req']} | {q['median_tpot_ms']} | {q['median_ttft_ms']} |"
+          for i, q in ratios.items()], "",
+        f"After the first PASK run its tree held: {json.dumps(pask.get('tree'))}.", ""])
     (out / "report.md").write_text(text)
     print(text)
     return 0
