@@ -165,6 +165,26 @@ def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, intervals
     return out
 
 
+def run_meta(t0: float) -> dict:
+    """``meta.json``: the command, code version, date, machine and wall time since ``t0``."""
+    from sglang_pask.calibrate.pipeline import code_version
+
+    return {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
+
+
+def write_outputs(out_dir: str, results: dict, meta: dict, text: str) -> Path:
+    """Write ``results.json``, ``meta.json`` and ``report.md`` (printed too) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    (out / "report.md").write_text(text)
+    print(text)
+    return out
+
+
 def pask_rows(res: dict) -> list[str]:
     return [k for k in res if k == "pask" or k.startswith("pask-i")]
 
@@ -298,19 +318,9 @@ def main(argv=None) -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="pask-capacity-") as d:
         results = {"capacity": part_capacity(a, Path(d)), "tpot": part_tpot(a, Path(d))}
-    from sglang_pask.calibrate.pipeline import code_version
-
-    meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    text = report(results, meta)
-    (out / "report.md").write_text(text)
+    meta = run_meta(t0)
+    out = write_outputs(a.out, results, meta, report(results, meta))
     plot(results, out / "server_capacity.png")
-    print(text)
     return 0
 
 

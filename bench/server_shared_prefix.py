@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -39,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import pask_tokens_for, serve_and_bench  # noqa: E402
+from server_capacity import pask_tokens_for, run_meta, serve_and_bench, write_outputs  # noqa: E402
 
 MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
 
@@ -130,15 +128,7 @@ def main(argv=None) -> int:
     results = {"model": a.model, "policy": a.policy, "budget": a.budget, "dataset": data, "kv_bytes": kv,
                "pask_max_total_tokens": n_pask, "full": full, "pask": {str(i): r for i, r in runs.items()},
                "ratio": {str(i): r for i, r in ratios.items()}}
-    from sglang_pask.calibrate.pipeline import code_version
-
-    meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    meta = run_meta(t0)
     text = "\n".join([
         f"# Shared-prefix tool serving, Full vs PASK@{a.budget:g}, radix cache on ({meta['date']})", "",
         f"`{meta['command']}` (code {meta['code']}, {meta['machine']}, {meta['wall_s']} s)", "",
@@ -157,8 +147,7 @@ def main(argv=None) -> int:
           f"{q['max_running_req']} | {q['mean_running_req']} | {q['median_tpot_ms']} | {q['median_ttft_ms']} |"
           for i, q in ratios.items()], "",
         f"After the first PASK run its tree held: {json.dumps(pask.get('tree'))}.", ""])
-    (out / "report.md").write_text(text)
-    print(text)
+    write_outputs(a.out, results, meta, text)
     return 0
 
 

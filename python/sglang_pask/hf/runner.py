@@ -123,7 +123,6 @@ class Runner:
         if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
             raise ValueError(f"segment_budget must be in (0, 1], got {segment_budget}")
         self.segment_budget = segment_budget
-        self._segment_slots = 0  # what the current request's segment kept (token-layer slots)
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -159,15 +158,18 @@ class Runner:
         return out.logits[0, -1].float().cpu()  # grammar masks and sampling run on CPU
 
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
-                 step: int, force: bool = False, segment_end: int = 0) -> Optional[Compression]:
+                 step: int, force: bool = False, segment_end: int = 0,
+                 segment_slots: int = 0) -> Optional[Compression]:
         """At decode step ``step`` (0: prefill end), apply the method if it is due (every
         method's schedule, when over budget) or ``force``; None if nothing ran. With
         ``segment_end = S > 0`` only positions ``>= S`` are compressed, as their own span
-        (:func:`sglang_pask.methods.segment.own_view`); ``kept`` is then what every layer holds
-        after (segment positions included)."""
+        (:func:`sglang_pask.methods.segment.own_view`; ``segment_slots``: what the segment kept,
+        counted in the request's budget); ``kept`` is then what every layer holds after (segment
+        positions included)."""
         heads = max(cache.num_kv_heads, 1)
         if segment_end:
-            return self._compress_own(cache, seq_len, classes, prompt_len, step, force, segment_end)
+            return self._compress_own(cache, seq_len, classes, prompt_len, step, force, segment_end,
+                                      segment_slots)
         if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
             return None  # checked first: this runs every decode step, the view only when due
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
@@ -182,12 +184,12 @@ class Runner:
         sel = self.method.select(view)
         return self._keep(cache, step, seq_len, allocation, sel.kept, retained, sel.head_mask)
 
-    def _compress_own(self, cache, seq_len, classes, prompt_len, step, force, segment_end):
+    def _compress_own(self, cache, seq_len, classes, prompt_len, step, force, segment_end, segment_slots):
         """The own span ``[S, seq_len)`` alone, at :func:`~sglang_pask.methods.segment.own_slots`."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
                         PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
-        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, self._segment_slots)
+        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots)
         if not force and not own_due(self.method, step, view, slots):
             return None
         own = own_kept(self.method, view, segment_end, slots)
@@ -202,7 +204,6 @@ class Runner:
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         kept = segment_kept(self.method, self.num_layers, self.groups, classes,
                             attention=_stats(cache, retained), segment_budget=self.segment_budget)
-        self._segment_slots = sum(len(k) for k in kept)
         return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None)
 
     def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask) -> Compression:
@@ -242,7 +243,7 @@ class Runner:
         cache = self.new_cache()
 
         seg = tags.segment_end if self.segment == "system" else 0
-        segment, self._segment_slots = None, 0
+        segment = None
         if seg:  # the shared segment first, compressed alone; the rest attends to what it kept
             self.forward(cache, prompt[:seg], 0)
             segment = self.compress_segment(cache, prompt_classes[:seg])
@@ -250,8 +251,9 @@ class Runner:
         else:
             logits = self.forward(cache, prompt, 0)
         seq_len = len(prompt)
+        seg_slots = sum(len(k) for k in segment.kept) if segment is not None else 0
         compressions = [c for c in [self.compress(cache, seq_len, prompt_classes, seq_len, 0,
-                                                  segment_end=seg)] if c]
+                                                  segment_end=seg, segment_slots=seg_slots)] if c]
         t_prefill = time.perf_counter()
         out: list[int] = []
         recorded = [] if record_logits else None
@@ -276,7 +278,7 @@ class Runner:
             steps += 1
             tc = time.perf_counter()
             c = self.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), steps,
-                              segment_end=seg)
+                              segment_end=seg, segment_slots=seg_slots)
             t_compress += time.perf_counter() - tc
             if c is not None:
                 compressions.append(c)

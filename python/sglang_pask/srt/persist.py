@@ -59,13 +59,19 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
     held = held_positions(allocator, full_ids)
     units = config.units
     tags = tags_of(req)
+    # segment mode: the segment was compressed when it was published (.segments); the due check,
+    # the view and the drops cover the own span [seg, seq_len) only, at its own allocation
     seg = tags.segment_end if config.segment != "none" else 0
-    if seg and step == 0:  # normally done when the segment was published; idempotent
-        from sglang_pask.srt.segments import ensure_segment
+    if seg:
+        from sglang_pask.methods.segment import own_kept, own_slots, own_view
+        from sglang_pask.srt.segments import segment_kept_units
 
-        if ensure_segment(req, req_to_token, allocator, config):
-            held = held_positions(allocator, full_ids)
-    if not seg:
+        segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
+        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots)
+        slots = sum(int((h >= seg).sum()) * len(u) for h, u in zip(held, units))
+        if slots <= allowed:
+            return 0
+    else:
         slots = sum(len(h) * len(u) for h, u in zip(held, units))
         if not method.due(step, slots, seq_len, config.num_layers):
             return 0
@@ -74,16 +80,9 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
         for layer in layers:
             retained[layer] = h
     classes = tags.classes(req, seq_len)
-    if seg:  # own tokens only, as their own span; the segment's persisted slots stay, counted
-        from sglang_pask.methods.segment import own_due, own_kept, own_slots, own_view
-        from sglang_pask.srt.segments import segment_kept_units
-
-        segment_kept_units(req, config)  # sets tags.segment_slots
+    if seg:
         view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
                         PROTECTED_TAIL, tags.prompt_len)
-        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots)
-        if not own_due(method, step, view, allowed):
-            return 0
         kept_own = own_kept(method, view, seg, allowed)
         sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
     else:
