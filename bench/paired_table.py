@@ -1,6 +1,10 @@
 """Paired bootstrap of run folders against a baseline's, one row per budget, as markdown.
 
-    python bench/paired_table.py --runs A=DIR_FMT --baseline B=DIR_FMT --budgets 0.5,0.33,0.2 --out FILE.md
+    python bench/paired_table.py --runs A=DIR_FMT --baseline B=DIR_FMT [--baseline C=DIR_FMT ...] \
+        --budgets 0.5,0.33,0.2 --out FILE.md
+
+With several ``--baseline``, each row pairs A with the most accurate of them at that budget (the
+strongest baseline on these very runs, which favours the baselines) and names it.
 
 ``DIR_FMT`` holds ``{b}`` (e.g. ``runs/calibrated-pask-tiny-fc/pask-prefill-{b}``); each folder is a
 ``pask eval`` run (results.jsonl + run.json). Rows refuse to pair runs whose data, model, max_tokens
@@ -37,20 +41,26 @@ def _mean(recs: list[dict]) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", required=True, help="LABEL=DIR_FMT")
-    ap.add_argument("--baseline", required=True, help="LABEL=DIR_FMT")
+    ap.add_argument("--baseline", required=True, action="append", help="LABEL=DIR_FMT (repeatable)")
     ap.add_argument("--budgets", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    (la, fa), (lb, fb) = (x.split("=", 1) for x in (args.runs, args.baseline))
+    la, fa = args.runs.split("=", 1)
+    bases = [x.split("=", 1) for x in args.baseline]
+    many = len(bases) > 1
+    lb = "strongest baseline" if many else bases[0][0]
     lines = [f"| budget | n | {la} [95% CI] | {lb} [95% CI] | {la} - {lb} [paired 95% CI] |", "|---|---|---|---|---|"]
     for b in args.budgets.split(","):
-        (ra, ma), (rb, mb) = _load(Path(fa.format(b=b))), _load(Path(fb.format(b=b)))
+        ra, ma = _load(Path(fa.format(b=b)))
+        loaded = [(label, *_load(Path(fmt.format(b=b)))) for label, fmt in bases]
+        name, rb, mb = max(loaded, key=lambda t: _mean(t[1]))  # ties: the first listed
         for k in KEYS:
             if ma.get(k) != mb.get(k):
                 raise SystemExit(f"b={b}: runs differ in {k}: {ma.get(k)!r} vs {mb.get(k)!r}")
         ca, cb, pb = bootstrap_ci(ra)["mean"], bootstrap_ci(rb)["mean"], paired_bootstrap(ra, rb)
         cell = lambda m, c: f"{100 * m:.1f} [{100 * c[0]:.1f}, {100 * c[1]:.1f}]"  # noqa: E731
-        lines.append(f"| {b} | {pb['n']} | {cell(_mean(ra), ca)} | {cell(_mean(rb), cb)} | "
+        shown = f"{name}: " if many else ""
+        lines.append(f"| {b} | {pb['n']} | {cell(_mean(ra), ca)} | {shown}{cell(_mean(rb), cb)} | "
                      f"{100 * pb['diff']:+.1f} [{100 * pb['ci'][0]:+.1f}, {100 * pb['ci'][1]:+.1f}] |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")

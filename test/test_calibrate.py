@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
-from sglang_pask.calibrate.probes import DropClass, RecencyGroup
+from sglang_pask.calibrate.probes import DropClass, DropDelimiters, RecencyGroup
 from sglang_pask.methods.base import CacheView
 
 FC = ROOT / "models" / "pask-tiny-fc"
@@ -77,5 +77,82 @@ def test_probes_touch_only_their_layers():
     sel = DropClass(1.0, layers=(2, 3), cls=6).select(view)
     assert [k.tolist() for k in sel.kept[:2]] == [list(range(10))] * 2
     assert sel.kept[2].tolist() == sel.kept[3].tolist() == [0, 3, 4, 6, 7, 8, 9]  # the tail stays
+    # class 6 (TOOL_NAME) at 1, 2 and 5; delimiters (SCHEMA_PUNCT = 15, OUT_DELIM = 22) at 0, 3, 4, 6, 7
+    view = _view([15, 6, 6, 22, 15, 6, 15, 15, 4, 4])
+    sel = DropDelimiters(1.0, layers=(0,), cls=6).select(view)
+    assert sel.kept[0].tolist() == [1, 2, 5, 7, 8, 9] and sel.kept[1].size == 10  # 0, 3, 4, 6 touch a name
+    view = _view([1, 6, 6, 5, 5, 6, 4, 4, 4, 6])
     sel = RecencyGroup(0.5, layers=(0,), sinks=2).select(view)
     assert sel.kept[0].tolist() == [0, 1, 7, 8, 9] and sel.kept[1].size == 10
+
+
+def test_coordinate_search_climbs_each_axis_once_per_member():
+    from sglang_pask.calibrate.family import START, Member
+    from sglang_pask.calibrate.search import coordinate_search
+
+    axes = {"tilt": (-1.0, 0.0, 1.0, 2.0), "sinks": (1, 4), "window_frac": (0.0, 0.25, 0.5)}
+    calls: list[Member] = []
+
+    def objective(m: Member) -> float:  # separable, optimum at tilt 1, sinks 1, window 0.5
+        calls.append(m)
+        return -abs(m.tilt - 1.0) - abs(m.sinks - 1) + m.window_frac
+
+    best, order, passes = coordinate_search(objective, START, axes, passes=3)
+    assert (best.tilt, best.sinks, best.window_frac) == (1.0, 1, 0.5)
+    assert (best.top_k, best.alpha) == (START.top_k, START.alpha)  # axes not searched stay
+    assert calls == order and len(set(calls)) == len(calls)  # every member scored once
+    assert passes == 2  # the second pass changes nothing and stops the search
+
+    flat, order, passes = coordinate_search(lambda m: 0.5, START, axes, passes=3)
+    assert flat == START and passes == 1  # ties keep the incumbent
+
+
+def test_residual_shares_tilt_toward_deeper_groups():
+    from sglang_pask.calibrate.family import _shares
+
+    assert _shares([0.9, 0.3], alpha=0.0) == [0.5, 0.5]
+    assert _shares([0.9, 0.3], alpha=0.0, tilt=1.0) == [0.333333, 0.666667]
+    assert _shares([0.9, 0.3], alpha=1.0) == [0.75, 0.25]
+    assert _shares([0.9, 0.3], alpha=1.0, tilt=2.0) == [0.428571, 0.571429]  # 0.9 : 0.3 * 4
+
+
+def test_ablations_take_out_one_part(tmp_path):
+    from sglang_pask.calibrate.ablation import ablate
+    from sglang_pask.policy import load_policy
+
+    src = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+    p = load_policy(src, model_dir=FC)
+    fo = ablate(p, "floors-only")
+    assert fo.residual_share == [0.5, 0.5] and fo.floor == p.floor and fo.priority == p.priority
+    ro = ablate(p, "residual-only")
+    assert not ro.floor_table().any() and ro.residual_share == p.residual_share
+    assert (ro.sinks, ro.recent_window) == (p.sinks, p.recent_window) and ro.name.endswith("~residual-only")
+    with pytest.raises(ValueError, match="unknown ablation 'x'"):
+        ablate(p, "x")
+    pask = str(Path(sys.executable).parent / "pask")
+    res = subprocess.run([pask, "policy", "ablate", str(src), "--variant", "floors-only", "--out",
+                          str(tmp_path / "fo.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert load_policy(tmp_path / "fo.json", model_dir=FC) == fo
+    res = subprocess.run([pask, "policy", "ablate", str(tmp_path / "missing.json"), "--variant", "floors-only",
+                          "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 1 and "missing.json" in res.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_class_order_by_total_or_density():
+    from sglang_pask.calibrate.family import class_order
+
+    score = [{"SCHEMA_PUNCT": 0.2, "TEMPLATE_SPECIAL": 0.1, "QUERY_VALUE": 0.0, "TOOL_NAME": 0.0},
+             {"SCHEMA_PUNCT": 0.0, "TEMPLATE_SPECIAL": 0.0, "QUERY_VALUE": 1.0, "TOOL_NAME": 0.0}]
+    tokens = {"SCHEMA_PUNCT": 70.0, "TEMPLATE_SPECIAL": 5.0, "QUERY_VALUE": 2.0, "TOOL_NAME": 4.0}
+    total = class_order(score, "total")
+    # group 0: what group 0 measured, then QUERY_VALUE (measured in group 1 only) before TOOL_NAME
+    assert total[0] == ["SCHEMA_PUNCT", "TEMPLATE_SPECIAL", "QUERY_VALUE", "TOOL_NAME"]
+    assert total[1] == ["QUERY_VALUE", "SCHEMA_PUNCT", "TEMPLATE_SPECIAL", "TOOL_NAME"]
+    dens = class_order(score, "density", tokens)
+    assert dens[0] == ["TEMPLATE_SPECIAL", "SCHEMA_PUNCT", "QUERY_VALUE", "TOOL_NAME"]  # 0.02 > 0.0029 per token
+    assert dens[1] == ["QUERY_VALUE", "TEMPLATE_SPECIAL", "SCHEMA_PUNCT", "TOOL_NAME"]
+    with pytest.raises(ValueError, match="token counts"):
+        class_order(score, "density")
+    with pytest.raises(ValueError, match="rank must be"):
+        class_order(score, "sum")

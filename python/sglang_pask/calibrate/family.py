@@ -4,20 +4,28 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
 
 * sensitivity score ``s[g][c] = max(fail rise, 0) + max(NLL rise, 0)`` (the AST failure rate
   rise plus the gold NLL rise in nats per token; both measured by :mod:`.sensitivity`);
-* ``priority[g]``: probed classes by descending ``s`` (ties and never-probed classes in
-  :data:`~sglang_pask.structure.classes.PRECEDENCE` order), so the residual is filled by the most
-  sensitive classes first;
-* ``floor[g][c] = 1`` for the ``top_k`` classes of highest positive ``s``, else 0;
-* ``residual_share[g]`` proportional to ``D[g](b) ** alpha`` (``alpha = 0``: equal shares);
-* ``sinks`` fixed, ``recent_window = round(window_frac * b * P)``, ``P`` the mean calibration
+* the class order of group ``g`` (``rank``): ``"total"`` by descending ``s[g][c]``; ``"density"``
+  by descending ``s[g][c] / n_c``, ``n_c`` the class's mean token count in the prompts holding it
+  (the rise per slot spent: dropping all 73 punctuation tokens of a prompt costs more than dropping
+  its 5 template specials, but each special is worth far more). Ties -- above all the classes whose
+  single-group probe measured nothing because another group still held them -- go by the same
+  quantity's maximum over all groups, then :data:`~sglang_pask.structure.classes.PRECEDENCE`;
+* ``priority[g]``: that order, so the residual is filled by the most sensitive classes first;
+* ``floor[g][c] = 1`` for the first ``top_k`` classes of that order with positive ``s``, else 0;
+* ``residual_share[g]`` proportional to ``D[g](b) ** alpha * (g + 1) ** tilt`` (``alpha = 0``:
+  D ignored; ``tilt > 0`` leans the residual toward deeper groups, ``< 0`` toward shallower ones;
+  both 0: equal shares). D alone does not order the groups by task importance on the tiny model
+  (calib: D is highest in group 0, yet moving the residual to group 1 is what raises accuracy at
+  b = 0.2), so the depth tilt is searched on task accuracy like the other members;
+* ``sinks`` (searched), ``recent_window = round(window_frac * b * P)``, ``P`` the mean calibration
   prompt length.
 
-:data:`FAMILY` is the grid of (window_frac, top_k, alpha) the search tries at each budget.
+:data:`AXES` are the values the coordinate search (:mod:`.search`) tries for each field, from
+:data:`START`.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -26,7 +34,7 @@ from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "FAMILY", "sensitivity_score", "compile_policy"]
+__all__ = ["Member", "AXES", "START", "sensitivity_score", "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -37,14 +45,26 @@ class Member:
     top_k: int
     alpha: float
     sinks: int = 4
+    tilt: float = 0.0
+    rank: str = "total"
 
     @property
     def label(self) -> str:
-        return f"w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g}"
+        return (f"rank={self.rank} w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g} "
+                f"sinks={self.sinks} tilt={self.tilt:g}")
 
 
-FAMILY: tuple[Member, ...] = tuple(
-    Member(w, k, a) for w, k, a in itertools.product((0.25, 0.5, 0.75), (0, 3), (0.0, 1.0)))
+#: the values the coordinate search tries per field, in the order the fields are visited
+AXES: dict[str, tuple] = {
+    "rank": ("total", "density"),
+    "tilt": (-1.0, 0.0, 1.0, 2.0, 3.0),
+    "sinks": (1, 4),
+    "window_frac": (0.0, 0.25, 0.5, 0.75),
+    "top_k": (0, 1, 3),
+    "alpha": (0.0, 1.0),
+}
+#: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
+START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 
 
 def sensitivity_score(sens: dict) -> list[dict[str, float]]:
@@ -53,8 +73,21 @@ def sensitivity_score(sens: dict) -> list[dict[str, float]]:
             for f, n in zip(sens["fail"], sens["nll"])]
 
 
-def _shares(d: Sequence[float], alpha: float) -> list[float]:
-    w = [max(x, 0.0) ** alpha if alpha else 1.0 for x in d]
+def class_order(score: list[dict[str, float]], rank: str, tokens: dict[str, float] | None = None) -> list[list[str]]:
+    """Per group, the probed classes in the order of ``rank`` (module docstring). ``tokens``: mean
+    token counts (:func:`~.sensitivity.measure_sensitivity`'s ``"tokens"``); needed for density."""
+    if rank not in ("total", "density"):
+        raise ValueError(f"rank must be 'total' or 'density', got {rank!r}")
+    if rank == "density" and not tokens:
+        raise ValueError("rank='density' needs the classes' token counts (re-run the sensitivity phase)")
+    order = {c.name: i for i, c in enumerate(PRECEDENCE)}
+    per = [{c: v / max(tokens[c], 1e-9) if rank == "density" else v for c, v in s.items()} for s in score]
+    best = {c: max(p[c] for p in per) for c in per[0]} if per else {}
+    return [sorted(p, key=lambda c: (-p[c], -best[c], order[c])) for p in per]
+
+
+def _shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list[float]:
+    w = [(max(x, 0.0) ** alpha if alpha else 1.0) * (g + 1) ** tilt for g, x in enumerate(d)]
     total = sum(w) or float(len(w))
     shares = [round((x if sum(w) else 1.0) / total, 6) for x in w]
     shares[-1] = round(1.0 - sum(shares[:-1]), 6)
@@ -63,27 +96,27 @@ def _shares(d: Sequence[float], alpha: float) -> list[float]:
 
 def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score: list[dict[str, float]],
                    distortion: list[dict[str, float]], budget: float, member: Member, prompt_len: float,
-                   calibration: dict | None = None, name: str | None = None) -> Policy:
+                   calibration: dict | None = None, name: str | None = None,
+                   tokens: dict[str, float] | None = None) -> Policy:
     """The policy of ``member`` at ``budget`` (``score``: :func:`sensitivity_score`;
-    ``distortion``: D[g] keyed by :func:`~.distortion.budget_key`)."""
+    ``distortion``: D[g] keyed by :func:`~.distortion.budget_key`; ``tokens``: the classes' mean
+    token counts, for ``member.rank == "density"``)."""
     names = [c.name for c in PRECEDENCE]
-    order = {n: i for i, n in enumerate(names)}
     priority, floor = [], []
-    for s in score:
-        probed = sorted(s, key=lambda c: (-s[c], order[c]))
+    for s, probed in zip(score, class_order(score, member.rank, tokens)):
         priority.append(probed + [n for n in names if n not in s])
         top = [c for c in probed if s[c] > 0][: member.top_k]
         floor.append({n: (1.0 if n in top else 0.0) for n in names})
     d = [row[budget_key(budget)] for row in distortion]
     return Policy.model_validate({
         "name": name,
-        "note": f"calibrated ({member.label}, sinks {member.sinks}): pask calibrate",
+        "note": f"calibrated ({member.label}): pask calibrate",
         "model": binding.model_dump(),
         "groups": [list(g) for g in groups],
         "classes": names,
         "priority": priority,
         "floor": floor,
-        "residual_share": _shares(d, member.alpha),
+        "residual_share": _shares(d, member.alpha, member.tilt),
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,

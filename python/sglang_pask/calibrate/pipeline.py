@@ -25,8 +25,8 @@ import numpy as np
 
 import sglang_pask
 from sglang_pask.calibrate.distortion import measure_distortion
-from sglang_pask.calibrate.family import FAMILY, compile_policy, sensitivity_score
-from sglang_pask.calibrate.search import check_policy, search_budget
+from sglang_pask.calibrate.family import Member, compile_policy, sensitivity_score
+from sglang_pask.calibrate.search import check_policy, max_members, search_budget
 from sglang_pask.calibrate.sensitivity import measure_sensitivity, work_units
 from sglang_pask.eval.data import load_spec, parse_spec
 from sglang_pask.eval.harness import Settings, build_request
@@ -147,17 +147,20 @@ def calibrate(cfg: Config) -> dict:
     chosen = {}
     for b in cfg.budgets:
         k = f"{b:g}"
-        cands = [(m.label, compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len,
-                                          record, f"{name}@{k}")) for m in FAMILY]
+        def member_policy(m: Member, b=b, k=k):
+            return compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len, record, f"{name}@{k}",
+                                  tokens=doc["sensitivity"].get("tokens"))
+
         if k not in searches:
             t = time.perf_counter()
-            with _bar(1 + len(cands), f"search b={k}") as bar:
-                searches[k] = search_budget(runner, cands, fit, b, settings, cfg.seed, cfg.schedule, tick=bar.update)
+            with _bar(1 + max_members(), f"search b={k}") as bar:
+                searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.schedule,
+                                            tick=bar.update)
             timings[f"search {k}"] = round(time.perf_counter() - t, 1)
             save()
-        policy = cands[searches[k]["best"]][1]
-        chosen[b] = policy
+        policy = member_policy(Member(**searches[k]["best_member"]))
         save_policy(policy, budget_path(out, b))
+        chosen[b] = policy
         if check and k not in checks:
             t = time.perf_counter()
             checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.schedule)

@@ -5,6 +5,9 @@ other layer keeps all it holds (Full KV). The current step's token is always kep
 
 * :class:`DropClass`: the named layers drop every prompt token of one structural class
   (task-error sensitivity S[g][c], DESIGN.md §5).
+* :class:`DropDelimiters`: the named layers keep every token of one class but drop the span
+  delimiters next to it (``SCHEMA_PUNCT`` / ``OUT_DELIM`` tokens at distance 1: the quotes, colons
+  and commas around a name), the interaction DESIGN.md §4 warns about.
 * :class:`RecencyGroup`: the named layers keep the first ``sinks`` positions and the newest ones,
   ``floor(budget * P)`` in all (``P`` the prompt length): structure-agnostic compression of one
   group for the attention-output distortion D[g](b).
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection
+from sglang_pask.methods.pask import DELIMITERS
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,20 @@ class DropClass(_GroupProbe):
 
     def keep(self, view: CacheView, held: np.ndarray) -> np.ndarray:
         return view.classes[held] != self.cls
+
+
+@dataclass(frozen=True)
+class DropDelimiters(_GroupProbe):
+    """Drop the delimiter tokens adjacent to a token of class ``cls`` in ``layers``."""
+
+    name = "drop-delimiters"
+    cls: int = 0
+
+    def keep(self, view: CacheView, held: np.ndarray) -> np.ndarray:
+        of_c = np.flatnonzero(view.classes == self.cls)
+        near = np.setdiff1d(np.union1d(of_c - 1, of_c + 1), of_c)
+        delim = np.isin(view.classes[held], DELIMITERS) & np.isin(held, near)
+        return ~delim
 
 
 @dataclass(frozen=True)

@@ -57,24 +57,40 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "
              f"entries: failure rate {_pct(sens['full']['fail'])}%, gold NLL {sens['full']['nll']:.4f} "
              "nats/token. Rise in failure rate (points) / rise in gold NLL (nats/token), over the entries "
-             "holding the class (`n`); s = max(fail, 0) + max(nll, 0) orders the classes.", ""]
+             "holding the class (`n`; `tokens`: its mean token count there); s = max(fail, 0) + max(nll, 0) "
+             "orders the classes (rank total), or s / tokens (rank density).", ""]
     rows = []
+    tokens = sens.get("tokens", {})
     for c in classes:
-        cells = [c, str(sens["count"][c])]
+        cells = [c, str(sens["count"][c]), f"{tokens[c]:.1f}" if c in tokens else "-"]
         for g in range(G):
             f, n = sens["fail"][g][c], sens["nll"][g][c]
             cells.append(f"{100 * f:+.1f} / {n:+.4f}")
         rows.append(cells)
-    lines += _table(["class", "n"] + [f"group {g} fail / nll" for g in range(G)], rows)
+    lines += _table(["class", "n", "tokens"] + [f"group {g} fail / nll" for g in range(G)], rows)
+    if any(sens.get("delimiters") or []):
+        lines += ["", "### Span delimiters", "",
+                  "Class c kept, but the delimiters next to it (SCHEMA_PUNCT / OUT_DELIM at distance 1) "
+                  "dropped in group g only: rise in failure rate (points) / gold NLL (nats/token).", ""]
+        names = [c for c in classes if any(c in d for d in sens["delimiters"])]
+        lines += _table(["class", "n"] + [f"group {g} fail / nll" for g in range(G)],
+                        [[c, str(sens["count"][c])] + [
+                            f"{100 * d[c]['fail']:+.1f} / {d[c]['nll']:+.4f}" if c in d else "-"
+                            for d in sens["delimiters"]] for c in names])
     budgets = list(doc["distortion"][0])
     lines += ["", "## Attention-output distortion D[g](b)", "",
               "Relative error of group g's attention output on the gold-answer positions (teacher "
               "forcing) when only group g keeps sinks + the newest tokens (b of the prompt).", ""]
     lines += _table(["group"] + [f"b={b}" for b in budgets],
                     [[str(g)] + [f"{doc['distortion'][g][b]:.4f}" for b in budgets] for g in range(G)])
-    lines += ["", "## Family search (fit entries, calib)", ""]
+    lines += ["", "## Family search (fit entries, calib)", "",
+              "Coordinate search (`calibrate/search.py`) over the family of `calibrate/family.py`: w = "
+              "recent window as a fraction of b x mean prompt length, k = sensitive classes with floor 1, "
+              "residual shares proportional to D^alpha x (g+1)^tilt, sinks. Rows in scoring order; the "
+              "chosen member in bold.", ""]
     for b, s in doc.get("search", {}).items():
-        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {_pct(s['baseline'])})", ""]
+        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {_pct(s['baseline'])}; "
+                  f"{s.get('passes', 1)} pass(es))", ""]
         rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"], _pct(r["accuracy"]),
                  f"{100 * r['diff']:+.1f} [{100 * r['ci'][0]:+.1f}, {100 * r['ci'][1]:+.1f}]"]
                 for i, r in enumerate(s["rows"])]

@@ -1,21 +1,28 @@
-"""The family search: score every :data:`~.family.FAMILY` member at one budget on the fit entries
-(accuracy under the scoring API, the given schedule), paired with SnapKV (same schedule) on the same
-entries; choose the most accurate member (ties: the earlier member of the family). Then the
-held-out check: the chosen policy vs SnapKV (prefill) on calibration entries the search never
+"""The family search at one budget, on the fit entries (accuracy under the scoring API, the given
+schedule), each member paired with SnapKV (same schedule) on the same entries.
+
+It is a coordinate search over :data:`~.family.AXES` from :data:`~.family.START`: for each field in
+turn, score the incumbent with that field set to each of its values and move to the most accurate
+one only if it beats the incumbent (ties keep the incumbent; among equal challengers the earlier
+value wins); repeat the pass over all fields until one changes nothing (at most ``passes``). Every
+member is scored once (a cache), so the result is deterministic and its cost is one scoring run per
+distinct member. Then the held-out check: the chosen policy vs SnapKV (prefill) on calibration entries the search never
 saw, with a paired bootstrap of the difference (:func:`~sglang_pask.eval.stats.paired_bootstrap`).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from typing import Callable, Optional, Sequence
 
+from sglang_pask.calibrate.family import AXES, START, Member
 from sglang_pask.eval.api import score
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.harness import Settings
 from sglang_pask.eval.stats import paired_bootstrap
 from sglang_pask.eval.summary import aggregate
 
-__all__ = ["accuracy", "search_budget", "check_policy", "BASELINE"]
+__all__ = ["accuracy", "coordinate_search", "search_budget", "check_policy", "BASELINE", "max_members"]
 
 #: the strongest baseline on the calib split at every budget (bench/results: SnapKV, prefill)
 BASELINE = ("snapkv", "prefill")
@@ -39,23 +46,63 @@ def _pask(runner, policy, entries, budget, settings, schedule) -> list[dict]:
     return score(runner, "pask", entries, budget=budget, policy=policy, schedule=schedule, settings=settings)
 
 
-def search_budget(runner, candidates: Sequence[tuple[str, object]], entries: Sequence[Entry], budget: float,
+def max_members(axes: dict = AXES, passes: int = 2) -> int:
+    """An upper bound on the members :func:`search_budget` scores (for a progress bar)."""
+    return 1 + passes * sum(len(v) - 1 for v in axes.values())
+
+
+def coordinate_search(objective: Callable[[Member], float], start: Member, axes: dict,
+                      passes: int) -> tuple[Member, list[Member], int]:
+    """Maximise ``objective`` over members by the coordinate rule of the module docstring.
+    ``objective`` is called once per distinct member, in the returned order. Returns (best, the
+    members in scoring order, passes made)."""
+    seen: dict[Member, float] = {}
+    order: list[Member] = []
+
+    def value(m: Member) -> float:
+        if m not in seen:
+            seen[m] = float(objective(m))
+            order.append(m)
+        return seen[m]
+
+    best, done = start, 0
+    value(best)
+    for _ in range(passes):
+        done += 1
+        moved = False
+        for field, values in axes.items():
+            challengers = [replace(best, **{field: v}) for v in values]
+            top = max(challengers, key=lambda m: (value(m), -challengers.index(m)))
+            if value(top) > value(best):
+                best, moved = top, True
+        if not moved:
+            break
+    return best, order, done
+
+
+def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,
                   settings: Settings, seed: int, schedule: str = "prefill",
-                  tick: Optional[Callable[[], None]] = None) -> dict:
-    """``candidates``: (label, policy). Returns ``{"budget", "baseline", "rows": [{"label",
-    "accuracy", "diff", "ci"}], "best": index}`` (accuracies as fractions)."""
+                  tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
+                  passes: int = 2) -> dict:
+    """``compile_member``: Member -> policy. Returns ``{"budget", "baseline", "rows": [{"label",
+    "accuracy", "diff", "ci"}] in scoring order, "best": index, "best_member": the chosen Member's
+    fields, "n", "passes"}`` (accuracies as fractions)."""
     base = _baseline(runner, entries, budget, settings, schedule)
     if tick:
         tick()
-    rows = []
-    for label, policy in candidates:
-        recs = _pask(runner, policy, entries, budget, settings, schedule)
+    rows: list[dict] = []
+
+    def objective(m: Member) -> float:
+        recs = _pask(runner, compile_member(m), entries, budget, settings, schedule)
         pb = paired_bootstrap(recs, base, seed=seed)
-        rows.append({"label": label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
+        rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
         if tick:
             tick()
-    best = max(range(len(rows)), key=lambda i: (rows[i]["accuracy"], -i))
-    return {"budget": budget, "baseline": accuracy(base), "rows": rows, "best": best, "n": len(entries)}
+        return rows[-1]["accuracy"]
+
+    best, order, done = coordinate_search(objective, start, axes, passes)
+    return {"budget": budget, "baseline": accuracy(base), "rows": rows, "best": order.index(best),
+            "best_member": asdict(best), "n": len(entries), "passes": done}
 
 
 def check_policy(runner, policy, entries: Sequence[Entry], budget: float, settings: Settings,

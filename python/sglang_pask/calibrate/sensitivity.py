@@ -6,18 +6,23 @@ entries, two ways:
 * ``nll``: the rise in the teacher-forced NLL of the gold call (nats per answer token; smooth, so
   rare classes still give a signal).
 
-Both are averaged over the entries in which class ``c`` occurs in the prompt (an entry without it
+Also, for the name-like classes of :data:`DELIMITED` (where research/tiny_spike.md saw isolated
+names corrupt the JSON), the rise when class ``c`` is kept but its span delimiters are dropped
+(:class:`~.probes.DropDelimiters`) in group ``g`` only.
+
+All are averaged over the entries in which class ``c`` occurs in the prompt (an entry without it
 is unchanged by the probe, so it is not re-run). Only prompt classes are probed: under the prefill
 schedule every output token is kept, so output classes are never dropped.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from sglang_pask.calibrate.probes import DropClass
+from sglang_pask.calibrate.probes import DropClass, DropDelimiters
 from sglang_pask.eval.api import gold_nll, score
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.harness import Settings, build_request
@@ -25,16 +30,25 @@ from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.rendering import render_chat
 from sglang_pask.structure.classes import StructClass
 
-__all__ = ["prompt_classes", "measure_sensitivity"]
+__all__ = ["prompt_classes", "prompt_class_counts", "measure_sensitivity", "DELIMITED"]
+
+#: classes whose span delimiters are probed (kept class, delimiters dropped)
+DELIMITED = (StructClass.TOOL_NAME, StructClass.PARAM_NAME, StructClass.ENUM_VALUE, StructClass.QUERY_VALUE)
 
 
-def prompt_classes(runner, entries: Sequence[Entry], settings: Settings) -> list[set[int]]:
-    """Per entry, the StructClass ints its rendered prompt holds (the one rendering path)."""
+def prompt_class_counts(runner, entries: Sequence[Entry], settings: Settings) -> list[Counter]:
+    """Per entry, how many tokens of each StructClass int its rendered prompt holds (the one
+    rendering path)."""
     out = []
     for e in entries:
         tags = render_chat(runner.tokenizer, runner_body(build_request(e, settings)[0]), tagger=runner.tagger)
-        out.append({int(c) for c in tags.classes})
+        out.append(Counter(int(c) for c in tags.classes))
     return out
+
+
+def prompt_classes(runner, entries: Sequence[Entry], settings: Settings) -> list[set[int]]:
+    """Per entry, the StructClass ints its rendered prompt holds."""
+    return [set(c) for c in prompt_class_counts(runner, entries, settings)]
 
 
 def _task_error(runner, method, entry: Entry, settings: Settings) -> tuple[float, float]:
@@ -45,35 +59,47 @@ def _task_error(runner, method, entry: Entry, settings: Settings) -> tuple[float
 
 def measure_sensitivity(runner, entries: Sequence[Entry], groups: Sequence[Sequence[int]],
                         settings: Settings, tick: Optional[Callable[[], None]] = None) -> dict:
-    """``{"classes": [names], "count": {name: entries with it}, "full": {"fail", "nll"},
-    "fail": [{name: rise}] per group, "nll": [{name: rise}] per group}`` (rises rounded to 1e-6)."""
-    present = prompt_classes(runner, entries, settings)
+    """``{"classes": [names], "count": {name: entries with it}, "tokens": {name: its mean token
+    count in those entries}, "full": {"fail", "nll"},
+    "fail": [{name: rise}] per group, "nll": [{name: rise}] per group, "delimiters": [{name:
+    {"fail", "nll"}}] per group (the :data:`DELIMITED` classes present)}`` (rises rounded to 1e-6)."""
+    counts = prompt_class_counts(runner, entries, settings)
+    present = [set(c) for c in counts]
     classes = [c for c in StructClass if any(int(c) in p for p in present)]
     full = [_task_error(runner, "full", e, settings) for e in entries]
     if tick:
         tick()
-    fail, nll = [], []
+
+    def rises(probe, c: StructClass) -> tuple[float, float]:
+        r = [np.subtract(_task_error(runner, probe, e, settings), full[i])
+             for i, e in enumerate(entries) if int(c) in present[i]]
+        mean = np.mean(r, axis=0)
+        if tick:
+            tick()
+        return round(float(mean[0]), 6), round(float(mean[1]), 6)
+
+    fail, nll, delim = [], [], []
     for layers in groups:
-        fg, ng = {}, {}
+        fg, ng, dg = {}, {}, {}
         for c in classes:
-            probe = DropClass(1.0, layers=tuple(layers), cls=int(c))
-            rises = [np.subtract(_task_error(runner, probe, e, settings), full[i])
-                     for i, e in enumerate(entries) if int(c) in present[i]]
-            mean = np.mean(rises, axis=0)
-            fg[c.name], ng[c.name] = round(float(mean[0]), 6), round(float(mean[1]), 6)
-            if tick:
-                tick()
+            fg[c.name], ng[c.name] = rises(DropClass(1.0, layers=tuple(layers), cls=int(c)), c)
+        for c in (c for c in DELIMITED if c in classes):
+            f, n = rises(DropDelimiters(1.0, layers=tuple(layers), cls=int(c)), c)
+            dg[c.name] = {"fail": f, "nll": n}
         fail.append(fg)
         nll.append(ng)
+        delim.append(dg)
     full_mean = np.mean(full, axis=0)
     return {"classes": [c.name for c in classes],
             "count": {c.name: sum(int(c) in p for p in present) for c in classes},
+            "tokens": {c.name: round(float(np.mean([n[int(c)] for n in counts if int(c) in n])), 6)
+                       for c in classes},
             "full": {"fail": round(float(full_mean[0]), 6), "nll": round(float(full_mean[1]), 6)},
-            "fail": fail, "nll": nll}
+            "fail": fail, "nll": nll, "delimiters": delim}
 
 
 def work_units(entries: Sequence[Entry], groups: Sequence[Sequence[int]], runner, settings: Settings) -> int:
     """How many ``tick`` calls :func:`measure_sensitivity` makes (for a progress bar)."""
     present = prompt_classes(runner, entries, settings)
-    n = len({c for p in present for c in p})
-    return 1 + len(groups) * n
+    held = {c for p in present for c in p}
+    return 1 + len(groups) * (len(held) + sum(int(c) in held for c in DELIMITED))

@@ -1,4 +1,5 @@
-"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``."""
+"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``;
+``pask policy ablate``: write an ablation of a policy (:mod:`sglang_pask.calibrate.ablation`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ def _setup(p: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="validate a policy file (and its binding to --model)")
     check.add_argument("file")
     check.add_argument("--model", default=None, help="model directory to check the binding against")
+    from sglang_pask.calibrate.ablation import ABLATIONS
+
+    ablate = sub.add_parser("ablate", help="write a policy with one part taken out (floors or residual steering)")
+    ablate.add_argument("file", help="the policy to ablate")
+    ablate.add_argument("--variant", required=True, choices=ABLATIONS)
+    ablate.add_argument("--out", required=True, help="policy file to write")
 
 
 @command("policy", "write (prior) or validate (check) a PASK policy file", _setup)
@@ -28,6 +35,17 @@ def run(args: argparse.Namespace) -> int:
 
     from sglang_pask.policy import PolicyError, load_policy, save_policy
 
+    if args.policy_command == "ablate":
+        from sglang_pask.calibrate.ablation import ablate
+
+        try:
+            p = ablate(load_policy(args.file), args.variant)
+        except PolicyError as e:
+            print(f"pask policy ablate: {e}", file=sys.stderr)
+            return 1
+        save_policy(p, args.out)
+        print(f"wrote {args.out}: {p.name}")
+        return 0
     if args.policy_command == "check":
         try:
             p = load_policy(args.file, model_dir=args.model)

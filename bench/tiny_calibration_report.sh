@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 11's table: on the tiny **eval** split (n = 200, constrained, prefill schedule, 128 tokens),
+# every method at budgets 0.5 / 0.33 / 0.2 in one `pask report` (95% bootstrap intervals, plot of
+# accuracy vs budget), then paired bootstraps of calibrated PASK against the strongest baseline at
+# each budget and against Full KV. Nothing here feeds back into a policy: the policies come from
+# `pask calibrate` on the calib split.
+#   bash bench/tiny_calibration_report.sh
+# Rows: full; the baselines (streaming, h2o as in its paper, h2o with kvpress's normalised scores,
+# snapkv, pyramidkv, random) under the prefill schedule, the stronger schedule for every one of them
+# on the calib split (bench/results/pask-tiny-fc-calib-baselines-n100); pask with the uncalibrated
+# prior; pask with the calibrated per-budget policies (policies/NAME.b<b>.json); and the ablations:
+# floors only (residual shares equal), residual only (floors 0), without span delimiters, and the
+# 0.33 policy used at the other budgets. Runs are resumable (rerun to finish); JOBS at a time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-models/pask-tiny-fc}
+NAME=$(basename "$MODEL")
+N=${N:-200}
+BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
+MAIN=${MAIN:-0.33}
+POLICIES=${POLICIES:-policies/$NAME}       # the calibrated files are $POLICIES.b<b>.json
+PRIOR=${PRIOR:-policies/$NAME.prior.json}
+OUT=${OUT:-runs/calibration-report-$NAME}
+RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
+JOBS=${JOBS:-2}
+PASK=.venv/bin/pask
+mkdir -p "$OUT/policies" "$RESULTS"
+SECONDS=0
+ev() {  # ev DIR [pask eval options]: one run, in the background, at most JOBS at a time
+  local dir=$1; shift
+  $PASK eval --backend hf --model "$MODEL" --data "synthetic:eval:$N:tiny" --schedule prefill \
+    --tool-choice required --max-tokens 128 --no-progress --out "$OUT/$dir" "$@" > "$OUT/$dir.log" 2>&1 &
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n; done
+}
+ev full --method full
+for b in $BUDGETS; do
+  cal=$POLICIES.b$b.json
+  for v in floors-only residual-only; do
+    $PASK policy ablate "$cal" --variant "$v" --out "$OUT/policies/$NAME.b$b.$v.json" > /dev/null
+  done
+  for m in streaming h2o snapkv pyramidkv random; do ev "$m-$b" --method "$m" --budget "$b"; done
+  ev "h2o-normalized-$b" --method h2o --method-opt normalize=true --budget "$b"
+  ev "pask-prior-$b" --method pask --policy "$PRIOR" --budget "$b"
+  ev "pask-calibrated-$b" --method pask --policy "$cal" --budget "$b"
+  ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
+  ev "pask-residual-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.residual-only.json" --budget "$b"
+  ev "pask-no-delimiters-$b" --method pask --policy "$cal" --method-opt span_delimiters=false --budget "$b"
+  [[ "$b" == "$MAIN" ]] || ev "pask-main-policy-$b" --method pask --policy "$POLICIES.b$MAIN.json" --budget "$b"
+done
+wait
+$PASK report "$OUT"/*/ --out "$RESULTS"
+commas=$(echo $BUDGETS | tr ' ' ',')
+bases=()
+for m in streaming h2o h2o-normalized snapkv pyramidkv; do bases+=(--baseline "$m=$OUT/$m-{b}"); done
+.venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" "${bases[@]}" \
+  --budgets "$commas" --out "$RESULTS/vs-strongest-baseline.md"
+.venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
+  --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full.md"
+{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES)"
+  echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
+  echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
+  echo "wall: ${SECONDS}s"; } | tee "$RESULTS/meta.txt"
