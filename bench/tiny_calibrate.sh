@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Calibrate the tiny model's policies on the calib split (pask calibrate, seed 0) into policies/,
+# timed, then calibrate again with the same seed into REPEAT and compare every policy byte for
+# byte. Writes RESULTS/meta.txt (command, commit, wall time of each run, sha256 of every policy,
+# and whether the two runs match). The eval split is never touched.
+#   bash bench/tiny_calibrate.sh              # ~25 min per run on 2 cores
+#   REPEAT= bash bench/tiny_calibrate.sh      # skip the determinism run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-models/pask-tiny-fc}
+NAME=$(basename "$MODEL")
+DATA=${DATA:-synthetic:calib:300:tiny}
+OUT=${OUT:-policies/$NAME.json}
+REPEAT=${REPEAT-runs/calibrate-repeat-$NAME}
+RESULTS=${RESULTS:-bench/results/$NAME-calibration}
+ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets 0.5,0.33,0.2 --schedule prefill --seed 0
+      --fit-n 200 --probe-n 40)
+mkdir -p "$RESULTS"
+stem=${OUT%.json}
+rm -f "$stem.calibration.json"  # a fresh run: no resumed phases, so the wall time is the whole cost
+SECONDS=0
+.venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
+first=$SECONDS
+policies=("$OUT" "$stem".b*.json)
+lines=("command: bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
+       "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
+       "wall (first run, fresh): ${first}s")
+for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
+if [[ -n "$REPEAT" ]]; then
+  rm -rf "$REPEAT" && mkdir -p "$REPEAT"
+  SECONDS=0
+  .venv/bin/pask calibrate "${ARGS[@]}" --out "$REPEAT/$NAME.json"
+  lines+=("wall (repeat run): ${SECONDS}s")
+  same=yes
+  for p in "${policies[@]}"; do
+    if cmp -s "$p" "$REPEAT/$(basename "$p")"; then lines+=("identical: $(basename "$p")")
+    else lines+=("DIFFERENT: $(basename "$p")"); same=no; fi
+  done
+  lines+=("byte-identical policies across the two runs: $same")
+fi
+printf '%s\n' "${lines[@]}" | tee "$RESULTS/meta.txt"
