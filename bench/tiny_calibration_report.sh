@@ -23,6 +23,8 @@ PRIOR=${PRIOR:-policies/$NAME.prior.json}
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
 JOBS=${JOBS:-2}
+# one thread per run: JOBS runs of torch's default thread count oversubscribe the cores
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 PASK=.venv/bin/pask
 mkdir -p "$OUT/policies" "$RESULTS"
 SECONDS=0
@@ -48,7 +50,8 @@ for b in $BUDGETS; do
   [[ "$b" == "$MAIN" ]] || ev "pask-main-policy-$b" --method pask --policy "$POLICIES.b$MAIN.json" --budget "$b"
 done
 wait
-$PASK report "$OUT"/*/ --out "$RESULTS"
+runs=(); for d in "$OUT"/*/; do [[ -f "$d/summary.json" ]] && runs+=("$d"); done  # not policies/
+$PASK report "${runs[@]}" --out "$RESULTS"
 commas=$(echo $BUDGETS | tr ' ' ',')
 bases=()
 for m in streaming h2o h2o-normalized snapkv pyramidkv; do bases+=(--baseline "$m=$OUT/$m-{b}"); done
@@ -59,4 +62,5 @@ for m in streaming h2o h2o-normalized snapkv pyramidkv; do bases+=(--baseline "$
 { echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
-  echo "wall: ${SECONDS}s"; } | tee "$RESULTS/meta.txt"
+  echo "threads per run: OMP_NUM_THREADS=$OMP_NUM_THREADS, JOBS=$JOBS"
+  echo "wall: ${SECONDS}s (this invocation; runs are resumed, so a rerun only reports)"; } | tee "$RESULTS/meta.txt"
