@@ -108,7 +108,7 @@ def test_coordinate_search_climbs_each_axis_once_per_member():
 
 
 def test_residual_shares_tilt_toward_deeper_groups():
-    from sglang_pask.calibrate.family import _shares
+    from sglang_pask.calibrate.family import residual_shares as _shares
 
     assert _shares([0.9, 0.3], alpha=0.0) == [0.5, 0.5]
     assert _shares([0.9, 0.3], alpha=0.0, tilt=1.0) == [0.333333, 0.666667]

@@ -12,6 +12,7 @@ is ``--policy P --budget B``.
 
 from __future__ import annotations
 
+from sglang_pask.calibrate.family import residual_shares
 from sglang_pask.policy.schema import Policy
 
 __all__ = ["ABLATIONS", "ablate"]
@@ -25,10 +26,7 @@ def ablate(policy: Policy, variant: str) -> Policy:
         raise ValueError(f"unknown ablation {variant!r}; choose one of {', '.join(ABLATIONS)}")
     doc = policy.model_dump(mode="json")
     if variant == "floors-only":
-        g = len(doc["residual_share"])
-        shares = [round(1.0 / g, 6)] * g
-        shares[-1] = round(1.0 - sum(shares[:-1]), 6)
-        doc["residual_share"] = shares
+        doc["residual_share"] = residual_shares(doc["residual_share"], alpha=0.0)  # equal
     else:
         doc["floor"] = [{c: 0.0 for c in row} for row in doc["floor"]]
     doc["name"] = f"{policy.name or 'policy'}~{variant}"

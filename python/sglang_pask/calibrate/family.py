@@ -34,7 +34,7 @@ from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "START", "sensitivity_score", "compile_policy"]
+__all__ = ["Member", "AXES", "START", "sensitivity_score", "class_order", "residual_shares", "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,8 @@ def class_order(score: list[dict[str, float]], rank: str, tokens: dict[str, floa
     return [sorted(p, key=lambda c: (-p[c], -best[c], order[c])) for p in per]
 
 
-def _shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list[float]:
+def residual_shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list[float]:
+    """Shares proportional to ``d[g] ** alpha * (g + 1) ** tilt``, rounded to 1e-6, summing to 1."""
     w = [(max(x, 0.0) ** alpha if alpha else 1.0) * (g + 1) ** tilt for g, x in enumerate(d)]
     total = sum(w) or float(len(w))
     shares = [round((x if sum(w) else 1.0) / total, 6) for x in w]
@@ -116,7 +117,7 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "classes": names,
         "priority": priority,
         "floor": floor,
-        "residual_share": _shares(d, member.alpha, member.tilt),
+        "residual_share": residual_shares(d, member.alpha, member.tilt),
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
