@@ -12,7 +12,6 @@ is ``--policy P --budget B``.
 
 from __future__ import annotations
 
-from sglang_pask.calibrate.family import residual_shares
 from sglang_pask.policy.schema import Policy
 
 __all__ = ["ABLATIONS", "ablate"]
@@ -26,6 +25,10 @@ def ablate(policy: Policy, variant: str) -> Policy:
         raise ValueError(f"unknown ablation {variant!r}; choose one of {', '.join(ABLATIONS)}")
     doc = policy.model_dump(mode="json")
     if variant == "floors-only":
+        # imported here: family pulls in torch (via distortion), and the CLI imports this module
+        # before it validates paths (test_paths_cli: nothing heavy before a bad-path error)
+        from sglang_pask.calibrate.family import residual_shares
+
         doc["residual_share"] = residual_shares(doc["residual_share"], alpha=0.0)  # equal
     else:
         doc["floor"] = [{c: 0.0 for c in row} for row in doc["floor"]]
