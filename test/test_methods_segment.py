@@ -74,3 +74,29 @@ def test_own_slots(b, L, T, S, seg_slots, want):
     from sglang_pask.methods.segment import own_slots
 
     assert own_slots(make_method("streaming", b), L, T, S, seg_slots) == want
+
+
+@pytest.mark.parametrize("name", ["streaming", "pask"])
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), budget=BUDGETS, cut=st.floats(0.3, 1.0))
+def test_own_span_has_no_sinks(name, seed, budget, cut):
+    """Sinks are the sequence's first tokens, which the segment holds: the own span's first
+    positions are not re-anchored as sinks. Its selection equals the method's with no sinks
+    once the segment covers them (the bug this pins: the own view's positions 0..3 held as sinks
+    took a 15-token query's whole 0.33 share, and the query's values were dropped)."""
+    import dataclasses
+
+    view = random_view(seed, per_group=METHODS[name].per_group)
+    method = build(name, budget, view, seed)
+    T = view.seq_len
+    s = int(cut * (T - view.protected_tail))
+    sinks = method.sinks
+    if s < max(sinks, 1):
+        return
+    no_sinks = (dataclasses.replace(method, policy=method.policy.model_copy(update={"sinks": 0}))
+                if name == "pask" else dataclasses.replace(method, sinks=0))
+    ov = own_view(view.num_layers, view.groups, T, view.classes, view.retained, s, view.protected_tail,
+                  view.prompt_len, attention=view.attention)
+    assert ov.start == s
+    got, want = own_kept(method, ov, s), own_kept(no_sinks, ov, s)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))

@@ -99,6 +99,10 @@ class CacheView:
     ``[kv_heads, n_l]``: which retained positions each KV head still holds (after a per-head
     selection); every head holds the same number of them, the current step included, and every
     retained position is held by some head.
+    ``start``: the absolute sequence position of view position 0 (0 for a whole sequence; ``S``
+    for a request's own span after a shared segment ``[0, S)``, :func:`~.segment.own_view`).
+    Anchors defined by absolute position -- the attention sinks, the first tokens of the
+    sequence -- use ``position + start``: a view with ``start >= sinks`` holds no sink.
     """
 
     num_layers: int
@@ -110,8 +114,11 @@ class CacheView:
     attention: Optional[AttentionStats] = None
     prompt_len: int = 0
     head_mask: Optional[Sequence[Optional[np.ndarray]]] = None
+    start: int = 0
 
     def __post_init__(self):
+        if self.start < 0:
+            raise ValueError(f"start={self.start} must be >= 0")
         if len(self.retained) != self.num_layers:
             raise ValueError(f"retained has {len(self.retained)} layers, expected {self.num_layers}")
         if sorted(i for g in self.groups for i in g) != list(range(self.num_layers)):

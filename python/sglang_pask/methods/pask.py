@@ -127,7 +127,7 @@ class Pask(KVMethod):
         cls = view.classes[held]
         rank = self.ranks[g][cls]
         rec = recency(held)
-        sink = held < self.sinks
+        sink = held + view.start < self.sinks  # sinks are the sequence's first tokens
         window = held >= view.seq_len - self.window
         anchor = sink | window | (held >= view.tail_start)
         protected = np.zeros(held.size, dtype=bool)

@@ -74,7 +74,9 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
              retained: Sequence[np.ndarray], segment_end: int, protected_tail: int, prompt_len: int,
              attention: Optional[AttentionStats] = None) -> CacheView:
     """The view of positions ``[segment_end, seq_len)`` alone, shifted by ``-segment_end``
-    (``retained`` and ``attention`` entries of segment positions are left out)."""
+    (``retained`` and ``attention`` entries of segment positions are left out; ``start`` is
+    ``segment_end``, so the sequence's sinks, which the segment holds, are not re-anchored on
+    the own span's first tokens)."""
     s = int(segment_end)
     if not 0 <= s <= seq_len - protected_tail:
         raise ValueError(f"segment end {s} outside [0, seq_len - protected_tail = {seq_len - protected_tail}]")
@@ -91,7 +93,7 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
     return CacheView(num_layers=num_layers, groups=groups, seq_len=seq_len - s,
                      classes=np.asarray(classes, np.int64)[s:seq_len],
                      retained=[np.asarray(r, np.int64)[m] - s for r, m in zip(retained, masks)],
-                     protected_tail=protected_tail, attention=stats, prompt_len=max(prompt_len - s, 0))
+                     protected_tail=protected_tail, attention=stats, prompt_len=max(prompt_len - s, 0), start=s)
 
 
 def own_held(view: CacheView) -> int:

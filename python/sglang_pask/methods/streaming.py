@@ -30,4 +30,4 @@ class Streaming(ScorerMethod):
 
     def score(self, view: CacheView, layer: int, n: int, stats) -> np.ndarray:
         held = view.retained[layer]
-        return np.where(held < self.sinks, KEEP, 0.0) + recency(held)
+        return np.where(held + view.start < self.sinks, KEEP, 0.0) + recency(held)  # sinks: absolute
