@@ -100,3 +100,21 @@ def test_own_span_has_no_sinks(name, seed, budget, cut):
     assert ov.start == s
     got, want = own_kept(method, ov, s), own_kept(no_sinks, ov, s)
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("own_budget, want", [(1.0, 80), (0.5, 40), (0.33, 26)])
+def test_own_slots_with_own_budget(own_budget, want):
+    """An own budget replaces the split: floor(b_o * L * (T - S)), whatever the segment kept."""
+    from sglang_pask.methods import make_method
+    from sglang_pask.methods.segment import own_slots
+
+    for seg_slots in (0, 150, 428):
+        assert own_slots(make_method("streaming", 0.33), 4, 127, 107, seg_slots, own_budget) == want
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
+def test_own_budget_out_of_range_names_the_flag(bad):
+    from sglang_pask.methods.segment import check_own_budget
+
+    with pytest.raises(ValueError, match=r"--pask-own-budget must be in \(0, 1\]"):
+        check_own_budget(bad, "--pask-own-budget")

@@ -358,6 +358,9 @@ BAD_FLAGS = {
     "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
     "segment-budget-without-segment": (["--pask-segment-budget", "0.2"],
                                        "error: --pask-segment-budget needs --pask-segment system"),
+    "own-budget-without-segment": (["--pask-own-budget", "1"], "error: --pask-own-budget needs --pask-segment system"),
+    "own-budget-2": (["--pask-segment", "system", "--pask-own-budget", "2"],
+                     "error: --pask-own-budget must be in (0, 1], got 2"),
 }
 
 

@@ -5,10 +5,12 @@ message -- compressed once):
 * memory: 32 requests sharing one tools block of >= 300 tokens hold, read from the pools, one
   compressed copy of the block (in the tree) plus each request's own tokens at the budget --
   <= 1.05 x (b x prefix + sum of b x own) -- where a Full KV server (same binary, ``--pask-method
-  full``) holds the prefix once plus every own token;
+  full``) holds the prefix once plus every own token; with ``--pask-own-budget 0.5`` the own
+  tokens are held at 0.5 instead -- <= 1.05 x (b x prefix + sum of 0.5 x own);
 * a request that hits the cached segment reads exactly the slots a miss computed: its kept
   positions at every compression and its tokens equal the miss's (the same request again) and
-  the reference runner's with ``segment="system"``;
+  the reference runner's with ``segment="system"``; the same under ``--pask-own-budget 0.5``
+  (runner ``own_budget=0.5``);
 * accounting: after load with prefix hits, evictions (a KV memory far smaller than the distinct
   tools blocks) and aborted streams, every unit slot and full id is either free or in the tree
   (counters back to idle), SGLang's strict idle leak check never fired, the server still serves;
@@ -38,6 +40,7 @@ from sglang_pask.testing import running_server  # noqa: E402
 MODEL = ROOT / "models" / "pask-tiny-fc"
 POLICY = ROOT / "policies" / "pask-tiny-fc.json"
 BUDGET = 0.33
+OWN_BUDGET = 0.5
 STRICT_IDLE = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 SLEEP = ["--sleep-on-idle"]
 LEAK_TEXTS = ("memory leak detected", "Mem Leak Detected", "KV double free", "use-after-free",
@@ -124,12 +127,15 @@ def _start_together(specs: dict[str, list[str]], env=None):
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``full``: the same
-    binary with ``--pask-method full``. Started together, stopped by PID, also on failure."""
+    """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``pask_own``: the same
+    with ``--pask-own-budget 0.5``; ``full``: the same binary with ``--pask-method full``.
+    Started together, stopped by PID, also on failure."""
     logs = tmp_path_factory.mktemp("radix-logs")
     common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--max-total-tokens", "16384"]
     specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
                       "--pask-tag-log", str(logs / "tags")],
+             "pask_own": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", str(OWN_BUDGET),
+                          "--pask-kept-log", str(logs / "kept-own"), "--pask-tag-log", str(logs / "tags-own")],
              "full": [*common, "--pask-method", "full"]}
     managers, futures, started = _start_together(specs, env=STRICT_IDLE)
     try:
@@ -151,7 +157,7 @@ def test_shared_tools_block_memory(servers):
     bodies, seg = shared_block(32)
     assert seg >= 300
     held = {}
-    for name in ("pask", "full"):
+    for name in ("pask", "pask_own", "full"):
         srv = servers[name]
         out = _send_shared(srv, bodies)
         assert all(r.choices[0].message.tool_calls for r in out)
@@ -168,8 +174,8 @@ def test_shared_tools_block_memory(servers):
         assert all(b > 0 for b in own_bytes) and all(t > 0 for t in own_tokens)
         total = tree["kv_bytes"] + sum(own_bytes)
         full_equiv = (seg + sum(own_tokens)) * layers * per
-        held[name] = (total, full_equiv, tree, state["segments"], pools)
-    total, full_equiv, tree, counters, pools = held["pask"]
+        held[name] = (total, full_equiv, tree, state["segments"], pools, (seg, sum(own_tokens)))
+    total, full_equiv, tree, counters, pools, _ = held["pask"]
     per, units = pools["bytes_per_token_layer"], pools["units"]
     layers = sum(len(u) for u in units)
     index_bytes = pools["index_bytes"]
@@ -185,6 +191,13 @@ def test_shared_tools_block_memory(servers):
     seg_slots = sum(n * len(u) for n, u in zip(tree["unit_slots"], units))
     assert 0.95 * math.floor(BUDGET * layers * seg) <= seg_slots <= math.floor(BUDGET * layers * seg)
     assert counters["segment_chunks_forced"] == 1 and counters["segments_compressed"] == 1, counters
+    # own tokens at their own budget: the same segment, each request's own tokens at 0.5
+    own_total, _, own_tree, _, _, (prefix, own) = held["pask_own"]
+    bound = 1.05 * (BUDGET * prefix + OWN_BUDGET * own) * layers * per + newest
+    print(f"--pask-own-budget {OWN_BUDGET}: held {own_total} KV bytes (segment {own_tree['kv_bytes']}); "
+          f"bound 1.05 x (b x prefix + {OWN_BUDGET} x own) = {bound - newest:.0f} + newest {newest}")
+    assert own_tree["unit_slots"] == tree["unit_slots"]  # the own budget does not change the segment
+    assert total < own_total <= bound
 
 
 def test_hit_reads_what_a_miss_computed(servers):
@@ -226,6 +239,37 @@ def test_hit_reads_what_a_miss_computed(servers):
         assert got is not None, "the server's record of the request is missing"
         row = compare(got, ref)
         assert row["kept_equal"] and row["tokens_equal"], row
+
+
+def test_own_budget_matches_the_runner(servers):
+    """``--pask-own-budget 0.5``: two requests sharing a tools block, the second a hit; kept
+    positions at every compression and tokens equal the runner's with ``own_budget=0.5``."""
+    from sglang_pask.eval.parity import compare, runner_trace, server_traces
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.hf import Runner
+    from sglang_pask.tiny.examples import request_body
+
+    srv = servers["pask_own"]
+    entries = generate("calib", 2, profile="tiny", group=2)
+    bodies = [{**request_body(e)[0], "tool_choice": "required"} for e in entries]
+    client = _client(srv)
+    for b in bodies:
+        _call(client, {k: b[k] for k in ("messages", "tools")})
+    time.sleep(1.0)  # the output record is written at release
+    served = server_traces(str(servers["logs"] / "kept-own"), str(servers["logs"] / "tags-own"))
+    runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
+                    segment="system", own_budget=OWN_BUDGET)
+    compared = 0
+    for body in bodies:
+        body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
+        ref = runner_trace(runner, body, runner.groups, 48)
+        got = served.get(tuple(ref["prompt_ids"]))
+        assert got is not None, "the server's record of the request is missing"
+        row = compare(got, ref)
+        assert row["kept_equal"] and row["tokens_equal"], row
+        compared += row["compressions"]
+    assert compared > 0  # the own span was compressed (at 0.5), not merely kept
+    print(f"own budget {OWN_BUDGET}: {compared} compressions compared, all equal")
 
 
 def test_accounting_after_hits_evictions_and_aborts():

@@ -32,6 +32,8 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
                    "the system/tools message, as a server with the radix cache does; default none); with "
                    "openai what the server reports")
     p.add_argument("--segment-budget", type=float, help="hf: the shared segment's budget (default: --budget)")
+    p.add_argument("--own-budget", type=float, help="hf: the budget of each request's own tokens after the "
+                   "segment (default: --budget counting the segment's slots; 1: never dropped)")
     p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option (repeatable), e.g. normalize=true, window=32; values parse as JSON scalars")
     p.add_argument("--limit", type=int, help="at most N entries per category (the first N)")

@@ -22,7 +22,8 @@ __all__ = ["HFBackend", "bind_runner", "runner_body"]
 
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
-                segment: str = "none", segment_budget: float | None = None, **method_options):
+                segment: str = "none", segment_budget: float | None = None, own_budget: float | None = None,
+                **method_options):
     """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
 
     ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
@@ -31,7 +32,8 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
     **method_options)``, or a KVMethod instance (``budget``/``schedule``/options then replace its
     fields, which needs a dataclass method). ``policy``: a loaded policy or a policy file, checked
     against the model's binding. ``segment``: the runner's shared segment (``none`` or ``system``), compressed at
-    ``segment_budget`` (default: the method's budget)."""
+    ``segment_budget`` (default: the method's budget), the request's own tokens at ``own_budget`` (default: the
+    request's budget less the segment's slots)."""
     from sglang_pask.hf import Runner
     from sglang_pask.methods import KVMethod, make_method
 
@@ -56,12 +58,12 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
         bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar,
-                       segment=segment, segment_budget=segment_budget)
+                       segment=segment, segment_budget=segment_budget, own_budget=own_budget)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
         return bound
     return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment=segment,
-                  segment_budget=segment_budget)
+                  segment_budget=segment_budget, own_budget=own_budget)
 
 
 def _model_dir(model) -> str | None:
@@ -86,9 +88,10 @@ class HFBackend(Backend):
 
     def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
                  schedule: str | None = None, method_options: dict | None = None, segment: str = "none",
-                 segment_budget: float | None = None):
+                 segment_budget: float | None = None, own_budget: float | None = None):
         self.runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
-                                  segment=segment, segment_budget=segment_budget, **(method_options or {}))
+                                  segment=segment, segment_budget=segment_budget, own_budget=own_budget,
+                                  **(method_options or {}))
         self.model_dir = _model_dir(model)
         self.policy_file = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else None
 
@@ -101,7 +104,8 @@ class HFBackend(Backend):
                    getattr(args, "policy", None), schedule=getattr(args, "schedule", None),
                    method_options=getattr(args, "method_options", None),
                    segment=getattr(args, "segment", None) or "none",
-                   segment_budget=getattr(args, "segment_budget", None))
+                   segment_budget=getattr(args, "segment_budget", None),
+                   own_budget=getattr(args, "own_budget", None))
 
     def describe(self) -> dict:
         """The run-record fields of :mod:`sglang_pask.eval.records` this backend decides."""
@@ -113,7 +117,8 @@ class HFBackend(Backend):
                 "method": rec, "method_options": method_options(m), "budget": float(m.budget),
                 "schedule": rec.get("schedule", getattr(m, "schedule", "continuous")),
                 "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": self.runner.segment,
-                "segment_budget": self.runner.segment_budget if self.runner.segment != "none" else None}
+                "segment_budget": self.runner.segment_budget if self.runner.segment != "none" else None,
+                "own_budget": self.runner.own_budget if self.runner.segment != "none" else None}
 
     def generate(self, request: Request) -> Generation:
         body = runner_body(request)

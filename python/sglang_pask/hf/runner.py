@@ -29,7 +29,16 @@ import numpy as np
 import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
-from sglang_pask.methods.segment import SEGMENTS, own_due, own_kept, own_method, own_slots, own_view, segment_kept
+from sglang_pask.methods.segment import (
+    SEGMENTS,
+    check_own_budget,
+    own_due,
+    own_kept,
+    own_method,
+    own_slots,
+    own_view,
+    segment_kept,
+)
 from sglang_pask.methods.segment import check_method as check_segment_method
 
 from .attention import use_pask_attention
@@ -69,7 +78,9 @@ class Runner:
     ``system`` (the system/tools message is a shared segment, prefilled and compressed on its
     own before the rest of the prompt is prefilled against what it kept; the request then
     compresses only its own tokens: :mod:`sglang_pask.methods.segment`, what a server with the
-    radix cache on does; ``segment_budget``: the segment's budget, default the method's). Not
+    radix cache on does; ``segment_budget``: the segment's budget, default the method's;
+    ``own_budget``: the budget of the request's own tokens, default the request's budget less the
+    segment's slots, :func:`~sglang_pask.methods.segment.own_slots`). Not
     thread-safe: one generation at a time.
     """
 
@@ -78,7 +89,8 @@ class Runner:
                  compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
                  constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
                  device: Optional[str] = None, method_options: Optional[dict] = None,
-                 segment: str = "none", segment_budget: Optional[float] = None):
+                 segment: str = "none", segment_budget: Optional[float] = None,
+                 own_budget: Optional[float] = None):
         if segment not in SEGMENTS:
             raise ValueError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
         if compress_every is not None and compress_every < 1:
@@ -123,6 +135,10 @@ class Runner:
         if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
             raise ValueError(f"segment_budget must be in (0, 1], got {segment_budget}")
         self.segment_budget = segment_budget
+        check_own_budget(own_budget)
+        if own_budget is not None and segment == "none":
+            raise ValueError("own_budget needs segment 'system' (the own tokens follow a shared segment)")
+        self.own_budget = own_budget
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -189,7 +205,7 @@ class Runner:
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
                         PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
-        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots)
+        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots, self.own_budget)
         if not force and not own_due(self.method, step, view, slots):
             return None
         own = own_kept(self.method, view, segment_end, slots)

@@ -14,7 +14,9 @@ spans, by the same method:
   :func:`own_view` is the view of those positions alone, shifted to start at 0, and
   :func:`own_kept` maps the method's selection back. Segment positions are never touched, and
   they are counted in the request's budget (:func:`own_slots`): the own span may keep
-  ``max(floor(b*L*(T - S)), floor(b*L*T) - segment slots)``. With ``b_s == b`` that is the
+  ``max(floor(b*L*(T - S)), floor(b*L*T) - segment slots)``, or, with an own budget ``b_o``
+  (``--pask-own-budget``), ``floor(b_o*L*(T - S))`` (``b_o = 1``: the request's own tokens are
+  never dropped; only the shared prefix is compressed). With ``b_s == b`` that is the
   proportional split (the segment ``b*S``, the own span ``b*(T - S)``: a cache holding one
   segment for R requests holds about ``b x`` (prefix + every own token)); with ``b_s < b`` what
   the segment does not keep goes to the request's own tokens, up to the request's whole budget
@@ -101,11 +103,22 @@ def own_held(view: CacheView) -> int:
     return int(view.held().sum())
 
 
-def own_slots(method: KVMethod, num_layers: int, seq_len: int, segment_end: int, segment_slots: int) -> int:
+def check_own_budget(own_budget: Optional[float], flag: str = "own_budget") -> None:
+    """Raise ValueError naming ``flag`` unless ``own_budget`` is None or in (0, 1]."""
+    if own_budget is not None and not 0.0 < float(own_budget) <= 1.0:
+        raise ValueError(f"{flag} must be in (0, 1], got {own_budget:g}")
+
+
+def own_slots(method: KVMethod, num_layers: int, seq_len: int, segment_end: int, segment_slots: int,
+              own_budget: Optional[float] = None) -> int:
     """Token-layer slots the own span ``[S, T)`` may keep: its proportional share, or the
-    request's whole budget less what the segment keeps, whichever is larger (module)."""
+    request's whole budget less what the segment keeps, whichever is larger; with ``own_budget``
+    ``b_o``: ``floor(b_o*L*(T - S))`` (module)."""
+    own = num_layers * (seq_len - segment_end)
+    if own_budget is not None:
+        return own if own_budget >= 1.0 else int(np.floor(own_budget * own + 1e-9))
     if method.budget >= 1.0:
-        return num_layers * (seq_len - segment_end)
+        return own
     total = int(np.floor(method.budget * num_layers * seq_len + 1e-9))
     share = int(np.floor(method.budget * num_layers * (seq_len - segment_end) + 1e-9))
     return max(share, total - int(segment_slots))

@@ -67,7 +67,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
         from sglang_pask.srt.segments import segment_kept_units
 
         segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
-        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots)
+        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots, config.own_budget)
         slots = sum(int((h >= seg).sum()) * len(u) for h, u in zip(held, units))
         if slots <= allowed:
             return 0

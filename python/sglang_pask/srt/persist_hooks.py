@@ -151,6 +151,7 @@ def pask_state(scheduler) -> dict:
     out = {"method": config.method.record() if config else None,
            "segment": config.segment if config else None, "radix_cache": bool(config and config.radix),
            "segment_budget": config.segment_budget if config else None,
+           "own_budget": config.own_budget if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):

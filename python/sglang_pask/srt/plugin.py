@@ -52,6 +52,9 @@ PERSIST_FLAGS = {
                        "on, shared through it)"),
     "--pask-segment-budget": ("pask_segment_budget", serving.ENV_SEGMENT_BUDGET, float,
                               "budget of the shared segment (default: --pask-budget)"),
+    "--pask-own-budget": ("pask_own_budget", serving.ENV_OWN_BUDGET, float,
+                          "budget of each request's own tokens after the shared segment (default: "
+                          "--pask-budget counting the segment's slots; 1: only the segment is compressed)"),
     "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
                         "(debug) write the kept positions of every compression to JSON lines in DIR"),
 }
@@ -106,7 +109,8 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
                                       schedule=values["--pask-schedule"], interval=values["--pask-interval"],
                                       model_dir=getattr(args, "model_path", None),
                                       segment=values["--pask-segment"], radix=radix,
-                                      segment_budget=values["--pask-segment-budget"])
+                                      segment_budget=values["--pask-segment-budget"],
+                                      own_budget=values["--pask-own-budget"])
     except (ValueError, TypeError) as e:
         raise SystemExit(f"error: {e}") from None
     radix = config.radix

@@ -43,6 +43,7 @@ ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
 ENV_SEGMENT = "SGLANG_PASK_SEGMENT"
 ENV_RADIX = "SGLANG_PASK_RADIX"
 ENV_SEGMENT_BUDGET = "SGLANG_PASK_SEGMENT_BUDGET"
+ENV_OWN_BUDGET = "SGLANG_PASK_OWN_BUDGET"
 
 DEFAULT_METHOD = "pask"
 
@@ -79,6 +80,10 @@ class ServingConfig:
     policy_sha256: str = ""
     #: the segment's budget (None: the method's)
     segment_budget: Optional[float] = None
+    #: the budget of a request's own tokens after the segment (None: the method's budget counting
+    #: the segment's slots, :func:`~sglang_pask.methods.segment.own_slots`); not in :attr:`stamp`:
+    #: it does not change what a segment keeps
+    own_budget: Optional[float] = None
 
     @property
     def budget(self) -> float:
@@ -96,7 +101,8 @@ class ServingConfig:
         return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
                 f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
                 f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}"
-                f"{'' if self.segment_budget is None else f' at budget {self.segment_budget:g}'}, "
+                f"{'' if self.segment_budget is None else f' at budget {self.segment_budget:g}'}"
+                f"{'' if self.own_budget is None else f', own tokens at budget {self.own_budget:g}'}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
 
@@ -104,9 +110,9 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
                  schedule: Optional[str] = None, interval: Optional[int] = None,
                  kept_log: Optional[str] = None, model_dir: Optional[str] = None,
                  segment: Optional[str] = None, radix: bool = False,
-                 segment_budget: Optional[float] = None) -> ServingConfig:
+                 segment_budget: Optional[float] = None, own_budget: Optional[float] = None) -> ServingConfig:
     """The serving configuration; raises ValueError naming the bad flag or field."""
-    from sglang_pask.methods.segment import SEGMENTS
+    from sglang_pask.methods.segment import SEGMENTS, check_own_budget
     from sglang_pask.methods.segment import check_method as check_segment_method
     from sglang_pask.policy import load_policy
 
@@ -137,6 +143,9 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
         raise ValueError(f"--pask-segment-budget must be in (0, 1], got {segment_budget:g}")
     if segment_budget is not None and segment == "none":
         raise ValueError("--pask-segment-budget needs --pask-segment system")
+    check_own_budget(own_budget, "--pask-own-budget")
+    if own_budget is not None and segment == "none":
+        raise ValueError("--pask-own-budget needs --pask-segment system")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
@@ -160,7 +169,8 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
                          num_layers=num_layers, kept_log=kept_log, segment=segment, radix=radix,
                          policy_sha256=policy_hash(policy),
-                         segment_budget=None if segment_budget is None else float(segment_budget))
+                         segment_budget=None if segment_budget is None else float(segment_budget),
+                         own_budget=None if own_budget is None else float(own_budget))
 
 
 def _env_float(name: str) -> Optional[float]:
@@ -183,4 +193,4 @@ def active_config() -> Optional[ServingConfig]:
                         schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
                         kept_log=os.environ.get(ENV_KEPT_LOG) or None,
                         segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1",
-                        segment_budget=_env_float(ENV_SEGMENT_BUDGET))
+                        segment_budget=_env_float(ENV_SEGMENT_BUDGET), own_budget=_env_float(ENV_OWN_BUDGET))
