@@ -5,6 +5,9 @@
 # and whether the two runs match). The eval split is never touched.
 #   bash bench/tiny_calibrate.sh              # ~25 min per run on 2 cores
 #   REPEAT= bash bench/tiny_calibrate.sh      # skip the determinism run
+#   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
+#   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1" \
+#     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/pask-tiny-fc}
@@ -13,8 +16,10 @@ DATA=${DATA:-synthetic:calib:300:tiny}
 OUT=${OUT:-policies/$NAME.json}
 REPEAT=${REPEAT-runs/calibrate-repeat-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration}
-ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets 0.5,0.33,0.2 --schedule prefill --seed 0
-      --fit-n 200 --probe-n 40)
+BUDGETS=${BUDGETS:-0.5,0.33,0.2}
+read -r -a extra <<< "${EXTRA:-}"
+ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets "$BUDGETS" --schedule prefill --seed 0
+      --fit-n 200 --probe-n 40 "${extra[@]}")
 mkdir -p "$RESULTS"
 stem=${OUT%.json}
 rm -f "$stem.calibration.json"  # a fresh run: no resumed phases, so the wall time is the whole cost
@@ -22,14 +27,14 @@ SECONDS=0
 .venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
 first=$SECONDS
 policies=("$OUT" "$stem".b*.json)
-lines=("command: bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
+lines=("command: ${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
        "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
        "wall (first run, fresh): ${first}s")
 for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
 if [[ -n "$REPEAT" ]]; then
   rm -rf "$REPEAT" && mkdir -p "$REPEAT"
   SECONDS=0
-  .venv/bin/pask calibrate "${ARGS[@]}" --out "$REPEAT/$NAME.json"
+  .venv/bin/pask calibrate "${ARGS[@]}" --out "$REPEAT/$(basename "$OUT")"
   lines+=("wall (repeat run): ${SECONDS}s")
   same=yes
   for p in "${policies[@]}"; do

@@ -156,3 +156,28 @@ def test_class_order_by_total_or_density():
         class_order(score, "density")
     with pytest.raises(ValueError, match="rank must be"):
         class_order(score, "sum")
+
+
+def test_segment_mode_search_scores_under_the_segment_rule(tmp_path):
+    """``--segment system --own-budget 1``: the search and check score PASK and SnapKV with the
+    tools block compressed alone and the own tokens kept (what the report says), and the policy
+    validates and binds; ``--own-budget`` without ``--segment system`` is one line, rc 2."""
+    from sglang_pask.policy import load_policy
+
+    base = ["calibrate", "--model", str(FC), "--data", "synthetic:calib:5:tiny", "--groups", "2",
+            "--budgets", "0.33", "--fit-n", "3", "--probe-n", "1", "--max-tokens", "12"]
+    pask = str(Path(sys.executable).parent / "pask")
+    bad = subprocess.run([pask, *base, "--own-budget", "1", "--out", str(tmp_path / "x.json")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert bad.returncode == 2 and "--own-budget needs --segment system" in bad.stderr, bad.stderr
+    out = tmp_path / "seg.json"
+    res = subprocess.run([pask, *base, "--segment", "system", "--own-budget", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    load_policy(out, model_dir=FC)
+    md = out.with_name("seg.calibration.md").read_text()
+    assert "scored under `--segment system`" in md and "own tokens at budget 1" in md
+    import json
+
+    doc = json.loads(out.with_name("seg.calibration.json").read_text())
+    assert doc["config"]["segment"] == "system" and doc["config"]["own_budget"] == 1.0

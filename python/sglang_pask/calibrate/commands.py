@@ -24,6 +24,14 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="generation limit (default 128)")
     p.add_argument("--tool-choice", default="required", choices=("auto", "required"))
     p.add_argument("--main-budget", type=float, default=0.33, help="budget whose policy --out holds")
+    from sglang_pask.methods.segment import SEGMENTS  # light: numpy only
+
+    p.add_argument("--segment", default="none", choices=SEGMENTS,
+                   help="score the search under the shared-segment rule (system: the tools block compressed "
+                        "alone, as a server with the radix cache on; default none: the whole prompt)")
+    p.add_argument("--own-budget", type=float, default=None,
+                   help="with --segment system: the budget of each request's own tokens (default: the "
+                        "budget counting the segment's slots; 1: never dropped)")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -36,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = Config(model=args.model, data=args.data, groups=args.groups, budgets=args.budgets, out=args.out,
                      schedule=args.schedule, seed=args.seed, fit_n=args.fit_n, probe_n=args.probe_n,
-                     max_tokens=args.max_tokens, tool_choice=args.tool_choice, main_budget=args.main_budget)
+                     max_tokens=args.max_tokens, tool_choice=args.tool_choice, main_budget=args.main_budget,
+                     segment=args.segment, own_budget=args.own_budget)
     except ValueError as e:
         print(f"pask calibrate: {e}", file=sys.stderr)
         return 2

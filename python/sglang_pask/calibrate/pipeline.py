@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -53,8 +54,20 @@ class Config:
     max_tokens: int = 128
     tool_choice: str = "required"
     main_budget: float = 0.33
+    #: the runner's shared-segment rule the search and check score under (``none``: the whole
+    #: prompt per request; ``system``: the tools block compressed alone, as a server with the
+    #: radix cache on, and each request's own tokens at ``own_budget``)
+    segment: str = "none"
+    own_budget: Optional[float] = None
 
     def __post_init__(self):
+        from sglang_pask.methods.segment import SEGMENTS, check_own_budget
+
+        if self.segment not in SEGMENTS:
+            raise ValueError(f"--segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
+        check_own_budget(self.own_budget, "--own-budget")
+        if self.own_budget is not None and self.segment == "none":
+            raise ValueError("--own-budget needs --segment system")
         spec = parse_spec(self.data)
         if spec.get("split") != "calib":
             raise ValueError(f"--data must be a calibration split (synthetic:calib:N[:PROFILE]), got {self.data!r}")
@@ -145,6 +158,7 @@ def calibrate(cfg: Config) -> dict:
     searches = doc.setdefault("search", {})
     checks = doc.setdefault("check", {})
     chosen = {}
+    engine = {} if cfg.segment == "none" else {"segment": cfg.segment, "own_budget": cfg.own_budget}
     for b in cfg.budgets:
         k = f"{b:g}"
         def member_policy(m: Member, b=b, k=k):
@@ -155,7 +169,7 @@ def calibrate(cfg: Config) -> dict:
             t = time.perf_counter()
             with _bar(1 + max_members(), f"search b={k}") as bar:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.schedule,
-                                            tick=bar.update)
+                                            tick=bar.update, engine=engine)
             timings[f"search {k}"] = round(time.perf_counter() - t, 1)
             save()
         policy = member_policy(Member(**searches[k]["best_member"]))
@@ -163,7 +177,7 @@ def calibrate(cfg: Config) -> dict:
         chosen[b] = policy
         if check and k not in checks:
             t = time.perf_counter()
-            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.schedule)
+            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.schedule, engine)
             timings[f"check {k}"] = round(time.perf_counter() - t, 1)
             save()
     save_policy(chosen[cfg.main_budget], out)

@@ -41,6 +41,17 @@ def _heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, p
     return True
 
 
+def _engine_line(cfg: dict) -> list[str]:
+    """The segment rule the search and check scored under, when it is not the whole prompt."""
+    if cfg.get("segment", "none") == "none":
+        return []
+    own = cfg.get("own_budget")
+    return [f"Search and check scored under `--segment {cfg['segment']}` (the tools block compressed "
+            f"alone, as a server with the radix cache on), each request's own tokens at "
+            f"{'the budget counting the segment' if own is None else f'budget {own:g}'}; PASK and "
+            "SnapKV alike.", ""]
+
+
 def write_report(doc: dict, out: Path, policies: dict) -> Path:
     """Write the markdown (and PNGs) for the measurement document ``doc`` of ``--out`` ``out``."""
     cfg, sens = doc["config"], doc["sensitivity"]
@@ -53,6 +64,7 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              f"max_tokens {cfg['max_tokens']}, tool_choice {cfg['tool_choice']}. Entries: "
              f"{sizes.get('probe')} probe (S, D) within {sizes.get('fit')} fit (family search); "
              f"{sizes.get('check')} held-out check. Code: {cfg['code']}.", "",
+             *_engine_line(cfg),
              "## Task-error sensitivity S[g][c]", "",
              f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "
              f"entries: failure rate {_pct(sens['full']['fail'])}%, gold NLL {sens['full']['nll']:.4f} "

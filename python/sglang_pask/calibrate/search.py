@@ -38,12 +38,13 @@ def accuracy(records: Sequence[dict]) -> float:
     return float(aggregate(cats)["mean"]) if cats else 0.0
 
 
-def _baseline(runner, entries, budget, settings, schedule) -> list[dict]:
-    return score(runner, BASELINE[0], entries, budget=budget, schedule=schedule, settings=settings)
+def _baseline(runner, entries, budget, settings, schedule, engine) -> list[dict]:
+    return score(runner, BASELINE[0], entries, budget=budget, schedule=schedule, settings=settings, **engine)
 
 
-def _pask(runner, policy, entries, budget, settings, schedule) -> list[dict]:
-    return score(runner, "pask", entries, budget=budget, policy=policy, schedule=schedule, settings=settings)
+def _pask(runner, policy, entries, budget, settings, schedule, engine) -> list[dict]:
+    return score(runner, "pask", entries, budget=budget, policy=policy, schedule=schedule, settings=settings,
+                 **engine)
 
 
 def max_members(axes: dict = AXES, passes: int = 2) -> int:
@@ -83,17 +84,20 @@ def coordinate_search(objective: Callable[[Member], float], start: Member, axes:
 def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,
                   settings: Settings, seed: int, schedule: str = "prefill",
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
-                  passes: int = 2) -> dict:
-    """``compile_member``: Member -> policy. Returns ``{"budget", "baseline", "rows": [{"label",
+                  passes: int = 2, engine: Optional[dict] = None) -> dict:
+    """``compile_member``: Member -> policy. ``engine``: the runner's segment rule for every scoring
+    run, PASK's and the baseline's (:func:`~sglang_pask.eval.api.score`'s ``segment``,
+    ``segment_budget``, ``own_budget``; default the whole prompt). Returns ``{"budget", "baseline", "rows": [{"label",
     "accuracy", "diff", "ci"}] in scoring order, "best": index, "best_member": the chosen Member's
     fields, "n", "passes"}`` (accuracies as fractions)."""
-    base = _baseline(runner, entries, budget, settings, schedule)
+    engine = dict(engine or {})
+    base = _baseline(runner, entries, budget, settings, schedule, engine)
     if tick:
         tick()
     rows: list[dict] = []
 
     def objective(m: Member) -> float:
-        recs = _pask(runner, compile_member(m), entries, budget, settings, schedule)
+        recs = _pask(runner, compile_member(m), entries, budget, settings, schedule, engine)
         pb = paired_bootstrap(recs, base, seed=seed)
         rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
         if tick:
@@ -106,11 +110,12 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
 
 
 def check_policy(runner, policy, entries: Sequence[Entry], budget: float, settings: Settings,
-                 seed: int, schedule: str = "prefill") -> dict:
-    """The chosen policy vs the baseline on held-out calibration entries:
-    ``{"budget", "n", "pask", "baseline", "diff", "ci"}``."""
-    recs = _pask(runner, policy, entries, budget, settings, schedule)
-    base = _baseline(runner, entries, budget, settings, schedule)
+                 seed: int, schedule: str = "prefill", engine: Optional[dict] = None) -> dict:
+    """The chosen policy vs the baseline on held-out calibration entries (``engine`` as
+    :func:`search_budget`): ``{"budget", "n", "pask", "baseline", "diff", "ci"}``."""
+    engine = dict(engine or {})
+    recs = _pask(runner, policy, entries, budget, settings, schedule, engine)
+    base = _baseline(runner, entries, budget, settings, schedule, engine)
     pb = paired_bootstrap(recs, base, seed=seed)
     return {"budget": budget, "n": len(entries), "pask": accuracy(recs), "baseline": accuracy(base),
             "diff": pb["diff"], "ci": pb["ci"]}

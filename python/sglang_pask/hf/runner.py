@@ -220,13 +220,16 @@ class Runner:
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         kept = segment_kept(self.method, self.num_layers, self.groups, classes,
                             attention=_stats(cache, retained), segment_budget=self.segment_budget)
-        return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None)
+        # no protected tail: the segment view has none (its last token is not a current step; the
+        # rest of the prompt is prefilled after it), so a policy may drop it like any other
+        return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None, tail=0)
 
-    def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask) -> Compression:
+    def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask,
+              tail: int = PROTECTED_TAIL) -> Compression:
         dropped = []
         for li in range(self.num_layers):
             kept = np.asarray(kept_sets[li], dtype=np.int64)
-            _check_kept(li, kept, retained[li], seq_len)
+            _check_kept(li, kept, retained[li], seq_len, tail)
             hm = None if head_mask is None else np.asarray(head_mask[li], dtype=bool)
             cache.keep(li, torch.from_numpy(kept), head_mask=None if hm is None else torch.from_numpy(hm))
             dropped.append(np.setdiff1d(retained[li], kept))
@@ -361,11 +364,12 @@ def _stats(cache: PrunableCache, retained: list[np.ndarray]) -> Optional[Attenti
     return AttentionStats(window=arrays, window_size=cache.window_size)
 
 
-def _check_kept(layer: int, kept: np.ndarray, retained: np.ndarray, seq_len: int) -> None:
+def _check_kept(layer: int, kept: np.ndarray, retained: np.ndarray, seq_len: int,
+                tail: int = PROTECTED_TAIL) -> None:
     if len(kept) > 1 and not (np.diff(kept) > 0).all():
         raise RuntimeError(f"layer {layer}: the method returned unsorted or duplicate positions")
     if not np.isin(kept, retained).all():
         raise RuntimeError(f"layer {layer}: the method kept positions the layer does not hold")
-    tail = retained[retained >= seq_len - PROTECTED_TAIL]
-    if not np.isin(tail, kept).all():
+    newest = retained[retained >= seq_len - tail] if tail else retained[:0]
+    if not np.isin(newest, kept).all():
         raise RuntimeError(f"layer {layer}: the method dropped the current step's token")
