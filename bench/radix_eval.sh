@@ -17,6 +17,7 @@
 #   bash bench/radix_eval.sh                    # N=200, budget 0.33, schedule prefill (~8 min)
 #   N=20 BUDGETS="0.33 0.2" bash bench/radix_eval.sh
 #   SEGMENT_BUDGET=0.1 bash bench/radix_eval.sh  # the segment at 0.1 (server and runner)
+#   RESUME=1 bash bench/radix_eval.sh           # keep finished entries of an interrupted run
 # Writes RESULTS/report.md (+ .json, .png), RESULTS/paired.md and RESULTS/wall.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,9 @@ DATA="synthetic:eval:$N:tiny:group=10"
 OUT=${OUT:-runs/radix-eval-$NAME-$SCHEDULE-n$N}
 RESULTS=${RESULTS:-bench/results/$NAME-radix-eval-n$N}
 COMMON=(--data "$DATA" --tool-choice required --max-tokens 128)
+# fresh by default: pask eval resumes finished entries, and an old run of the same name (another
+# code version) would be reused silently; RESUME=1 keeps them
+[[ ${RESUME:-0} == 1 ]] || rm -rf "$OUT"
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 
@@ -74,7 +78,7 @@ echo "[$SECONDS s] runner, full"
 csv=$(echo $BUDGETS | tr ' ' ',')
 paired() {  # label A, folder format A, label B, folder format B
   .venv/bin/python bench/paired_table.py --runs "$1=$2" --baseline "$3=$4" --budgets "$csv" --out "$OUT/paired-$5.md"
-  cat "$OUT/paired-$5.md"; echo
+  echo
 }
 {
   for l in "${labels[@]}"; do
