@@ -22,6 +22,8 @@ from the pools after the run, what the tree holds (tokens, unit slots, KV bytes)
 continuous schedule at each of ``--intervals`` (decode steps between budget checks).
 
     .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
+    .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --policy policies/pask-tiny-fc.segment.json \
+        --out bench/results/pask-tiny-fc-server-shared-prefix-own-kept
 
 Writes ``report.md``, ``results.json`` and ``meta.json`` into ``--out``.
 """
@@ -93,6 +95,8 @@ def main(argv=None) -> int:
     p.add_argument("--segment-tokens", type=int, default=400)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--segment-budget", type=float, default=None, help="the shared segment's budget")
+    p.add_argument("--own-budget", type=float, default=None,
+                   help="each request's own tokens' budget (--pask-own-budget; 1: only the segment is compressed)")
     p.add_argument("--intervals", default="1,16", help="PASK compression intervals (continuous schedule)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
@@ -111,6 +115,7 @@ def main(argv=None) -> int:
         n_pask = pask_tokens_for(a.full_tokens, a.budget)
         seg = ["--pask-segment", "system"] + ([] if a.segment_budget is None else
                                               ["--pask-segment-budget", str(a.segment_budget)])
+        seg += [] if a.own_budget is None else ["--pask-own-budget", str(a.own_budget)]
         runs = {}
         for interval in [int(x) for x in a.intervals.split(",")]:
             runs[interval] = serve_and_bench(
@@ -125,7 +130,8 @@ def main(argv=None) -> int:
     keys = ("request_throughput", "output_throughput", "max_running_req", "mean_running_req", "median_tpot_ms",
             "median_ttft_ms")
     ratios = {i: {k: round(r[k] / full[k], 3) if full.get(k) else None for k in keys} for i, r in runs.items()}
-    results = {"model": a.model, "policy": a.policy, "budget": a.budget, "dataset": data, "kv_bytes": kv,
+    results = {"model": a.model, "policy": a.policy, "budget": a.budget, "own_budget": a.own_budget,
+               "segment_budget": a.segment_budget, "dataset": data, "kv_bytes": kv,
                "pask_max_total_tokens": n_pask, "full": full, "pask": {str(i): r for i, r in runs.items()},
                "ratio": {str(i): r for i, r in ratios.items()}}
     meta = run_meta(t0)
@@ -136,7 +142,9 @@ def main(argv=None) -> int:
         f"{a.per_block} queries (own prompt tokens {data['own_prompt_tokens_mean']} on average), "
         f"{a.output_len} output tokens each (ignore_eos), all sent at once. Same KV bytes: Full "
         f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, "
-        f"{pools['unit_size']} slots per unit).", "",
+        f"{pools['unit_size']} slots per unit). Policy `{a.policy}`"
+        f"{'' if a.segment_budget is None else f', segment budget {a.segment_budget:g}'}"
+        f"{'' if a.own_budget is None else f', own tokens at budget {a.own_budget:g}'}.", "",
         "| | completed | requests/s | output tok/s | max running | mean running | median TPOT ms | median TTFT ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *[f"| {name} | {r['completed']} | {r['request_throughput']:.3f} | {r['output_throughput']:.1f} | "
