@@ -11,6 +11,7 @@
 # Data: the tiny eval split (synthetic:eval:N:tiny), tool_choice=required, greedy, 128 tokens.
 #   bash bench/server_vs_runner_eval.sh                 # N=200, budgets 0.5 0.33 0.2, schedule prefill
 #   N=20 BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
+#   RESUME=1 bash bench/server_vs_runner_eval.sh        # keep finished entries of an interrupted run
 # Writes RESULTS/report.md (+ .json, .png: `pask report --group-by backend`), RESULTS/paired.md
 # (bench/paired_table.py: server - runner, paired 95% bootstrap) and RESULTS/wall.txt.
 set -euo pipefail
@@ -25,6 +26,9 @@ NAME=$(basename "$MODEL")
 OUT=${OUT:-runs/server-vs-runner-$NAME-$SCHEDULE-n$N}
 RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner-n$N}
 COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128)
+# fresh by default: pask eval resumes finished entries, and an old run of the same name (another
+# code version) would be reused silently; RESUME=1 keeps them
+[[ ${RESUME:-0} == 1 ]] || rm -rf "$OUT"
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 for b in $BUDGETS; do
