@@ -65,9 +65,7 @@ class Config:
 
         if self.segment not in SEGMENTS:
             raise ValueError(f"--segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
-        check_own_budget(self.own_budget, "--own-budget")
-        if self.own_budget is not None and self.segment == "none":
-            raise ValueError("--own-budget needs --segment system")
+        check_own_budget(self.own_budget, "--own-budget", self.segment, "--segment")
         spec = parse_spec(self.data)
         if spec.get("split") != "calib":
             raise ValueError(f"--data must be a calibration split (synthetic:calib:N[:PROFILE]), got {self.data!r}")

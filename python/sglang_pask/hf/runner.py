@@ -135,9 +135,7 @@ class Runner:
         if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
             raise ValueError(f"segment_budget must be in (0, 1], got {segment_budget}")
         self.segment_budget = segment_budget
-        check_own_budget(own_budget)
-        if own_budget is not None and segment == "none":
-            raise ValueError("own_budget needs segment 'system' (the own tokens follow a shared segment)")
+        check_own_budget(own_budget, "own_budget", segment)
         self.own_budget = own_budget
         self.constrain = constrain
         self.grammar = grammar

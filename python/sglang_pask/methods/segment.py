@@ -103,10 +103,14 @@ def own_held(view: CacheView) -> int:
     return int(view.held().sum())
 
 
-def check_own_budget(own_budget: Optional[float], flag: str = "own_budget") -> None:
-    """Raise ValueError naming ``flag`` unless ``own_budget`` is None or in (0, 1]."""
+def check_own_budget(own_budget: Optional[float], flag: str = "own_budget", segment: Optional[str] = None,
+                     segment_flag: str = "segment") -> None:
+    """Raise ValueError naming ``flag`` unless ``own_budget`` is None or in (0, 1], and (when
+    ``segment`` is given) unless a set own budget comes with a shared segment."""
     if own_budget is not None and not 0.0 < float(own_budget) <= 1.0:
         raise ValueError(f"{flag} must be in (0, 1], got {own_budget:g}")
+    if own_budget is not None and segment == "none":
+        raise ValueError(f"{flag} needs {segment_flag} system")
 
 
 def own_slots(method: KVMethod, num_layers: int, seq_len: int, segment_end: int, segment_slots: int,

@@ -143,9 +143,7 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
         raise ValueError(f"--pask-segment-budget must be in (0, 1], got {segment_budget:g}")
     if segment_budget is not None and segment == "none":
         raise ValueError("--pask-segment-budget needs --pask-segment system")
-    check_own_budget(own_budget, "--pask-own-budget")
-    if own_budget is not None and segment == "none":
-        raise ValueError("--pask-own-budget needs --pask-segment system")
+    check_own_budget(own_budget, "--pask-own-budget", segment, "--pask-segment")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
