@@ -119,12 +119,15 @@ def test_paired_on_report_rows(tmp_path):
 
 def test_engine_labels_keep_segment_rules_apart(tmp_path):
     """The whole prompt, the shared segment (issue 13), the segment at its own budget, the own
-    tokens at theirs and the radix cache are five rows, never merged."""
+    tokens at theirs, prefilled against the whole segment, and the radix cache are six rows,
+    never merged."""
     over = [{}, {"segment": "system"}, {"segment": "system", "segment_budget": 0.1},
-            {"segment": "system", "own_budget": 1.0}, {"segment": "system", "own_budget": 1.0, "radix_cache": True}]
+            {"segment": "system", "own_budget": 1.0}, {"segment": "system", "own_budget": 1.0, "radix_cache": True},
+            {"segment": "system", "own_budget": 1.0, "segment_prefill": "full"}]
     runs = [_run(tmp_path, f"r{i}", _records(0.5, seed=i), **o) for i, o in enumerate(over)]
     labels = sorted(r["label"] for r in write_report(runs, tmp_path / "rep")["rows"])
     assert labels == sorted(["streaming", "streaming [segment=system]",
                              "streaming [segment=system, segment budget 0.1]",
                              "streaming [segment=system, own budget 1]",
-                             "streaming [segment=system, own budget 1, radix]"])
+                             "streaming [segment=system, own budget 1, radix]",
+                             "streaming [segment=system, own budget 1, full prefill]"])

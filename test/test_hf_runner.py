@@ -219,6 +219,33 @@ def test_budget_one_is_full(model, tok, policy, full_run, name):
     assert max((a - b).abs().max().item() for a, b in zip(res.logits, full_run.logits)) < 1e-5
 
 
+# ---- segment prefill ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["pask", "streaming", "snapkv"])
+def test_segment_prefill_full_sees_the_whole_segment(model, tok, policy, full_run, name):
+    """``segment_prefill="full"``: the own tokens are prefilled against the whole segment, so the
+    first step's logits are Full KV's; the segment keeps the same positions as under
+    ``compressed``, whose first step differs (it attended to the kept positions only)."""
+    runs = {pre: _runner(model, tok, name, BUDGET, policy, segment="system", own_budget=1.0,
+                         segment_prefill=pre).generate(TOOLS_REQ, 4, record_logits=True)
+            for pre in ("compressed", "full")}
+    seg = runs["full"].segment_end
+    assert seg > 0
+    kept = {pre: [k[k < seg].tolist() for k in r.segment.kept] for pre, r in runs.items()}
+    assert kept["full"] == kept["compressed"] and all(len(k) < seg for k in kept["full"])
+    assert [p[p < seg].tolist() for p in runs["full"].retained] == kept["full"]  # cut after the prefill
+    first = {pre: r.logits[0] for pre, r in runs.items()}
+    assert (first["full"] - full_run.logits[0]).abs().max().item() < 1e-5
+    assert (first["compressed"] - full_run.logits[0]).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("kw, match", [({"segment_prefill": "whole"}, "segment_prefill must be one of"),
+                                       ({"segment_prefill": "full", "segment": "none"}, "needs segment system")])
+def test_segment_prefill_bad_values_name_the_option(model, tok, policy, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _runner(model, tok, "pask", BUDGET, policy, **{"segment": "system", **kw})
+
+
 # ---- determinism ----------------------------------------------------------------------------
 
 def _kept_log(res):

@@ -361,6 +361,10 @@ BAD_FLAGS = {
     "own-budget-without-segment": (["--pask-own-budget", "1"], "error: --pask-own-budget needs --pask-segment system"),
     "own-budget-2": (["--pask-segment", "system", "--pask-own-budget", "2"],
                      "error: --pask-own-budget must be in (0, 1], got 2"),
+    "segment-prefill-whole": (["--pask-segment", "system", "--pask-segment-prefill", "whole"],
+                              "error: --pask-segment-prefill must be one of compressed, full, got 'whole'"),
+    "segment-prefill-without-segment": (["--pask-segment-prefill", "full"],
+                                        "error: --pask-segment-prefill full needs --pask-segment system"),
 }
 
 

@@ -5,12 +5,14 @@ message -- compressed once):
 * memory: 32 requests sharing one tools block of >= 300 tokens hold, read from the pools, one
   compressed copy of the block (in the tree) plus each request's own tokens at the budget --
   <= 1.05 x (b x prefix + sum of b x own) -- where a Full KV server (same binary, ``--pask-method
-  full``) holds the prefix once plus every own token; with ``--pask-own-budget 0.5`` the own
-  tokens are held at 0.5 instead -- <= 1.05 x (b x prefix + sum of 0.5 x own);
+  full``) holds the prefix once plus every own token; with ``--pask-own-budget 0.5
+  --pask-segment-prefill full`` the own tokens are held at 0.5 instead -- <= 1.05 x (b x prefix +
+  sum of 0.5 x own) -- and every request recomputes the segment, yet the tree holds one
+  compressed copy (each request's own copy is freed as a duplicate);
 * a request that hits the cached segment reads exactly the slots a miss computed: its kept
   positions at every compression and its tokens equal the miss's (the same request again) and
-  the reference runner's with ``segment="system"``; the same under ``--pask-own-budget 0.5``
-  (runner ``own_budget=0.5``);
+  the reference runner's with ``segment="system"``; the same under ``--pask-own-budget 0.5
+  --pask-segment-prefill full`` (runner ``own_budget=0.5, segment_prefill="full"``);
 * accounting: after load with prefix hits, evictions (a KV memory far smaller than the distinct
   tools blocks) and aborted streams, every unit slot and full id is either free or in the tree
   (counters back to idle), SGLang's strict idle leak check never fired, the server still serves;
@@ -128,13 +130,14 @@ def _start_together(specs: dict[str, list[str]], env=None):
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``pask_own``: the same
-    with ``--pask-own-budget 0.5``; ``full``: the same binary with ``--pask-method full``.
+    with ``--pask-own-budget 0.5 --pask-segment-prefill full``; ``full``: the same binary with ``--pask-method full``.
     Started together, stopped by PID, also on failure."""
     logs = tmp_path_factory.mktemp("radix-logs")
     common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--max-total-tokens", "16384"]
     specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
                       "--pask-tag-log", str(logs / "tags")],
              "pask_own": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", str(OWN_BUDGET),
+                          "--pask-segment-prefill", "full",
                           "--pask-kept-log", str(logs / "kept-own"), "--pask-tag-log", str(logs / "tags-own")],
              "full": [*common, "--pask-method", "full"]}
     managers, futures, started = _start_together(specs, env=STRICT_IDLE)
@@ -192,11 +195,14 @@ def test_shared_tools_block_memory(servers):
     assert 0.95 * math.floor(BUDGET * layers * seg) <= seg_slots <= math.floor(BUDGET * layers * seg)
     assert counters["segment_chunks_forced"] == 1 and counters["segments_compressed"] == 1, counters
     # own tokens at their own budget: the same segment, each request's own tokens at 0.5
-    own_total, _, own_tree, _, _, (prefix, own) = held["pask_own"]
+    own_total, _, own_tree, own_counters, _, (prefix, own) = held["pask_own"]
     bound = 1.05 * (BUDGET * prefix + OWN_BUDGET * own) * layers * per + newest
     print(f"--pask-own-budget {OWN_BUDGET}: held {own_total} KV bytes (segment {own_tree['kv_bytes']}); "
           f"bound 1.05 x (b x prefix + {OWN_BUDGET} x own) = {bound - newest:.0f} + newest {newest}")
     assert own_tree["unit_slots"] == tree["unit_slots"]  # the own budget does not change the segment
+    # full prefill: nothing chunked at the segment end, the segment compressed once (by the first
+    # request; the others' copies were freed as duplicates of the tree's)
+    assert own_counters["segment_chunks_forced"] == 0 and own_counters["segments_compressed"] == 1, own_counters
     assert total < own_total <= bound
 
 
@@ -242,8 +248,9 @@ def test_hit_reads_what_a_miss_computed(servers):
 
 
 def test_own_budget_matches_the_runner(servers):
-    """``--pask-own-budget 0.5``: two requests sharing a tools block, the second a hit; kept
-    positions at every compression and tokens equal the runner's with ``own_budget=0.5``."""
+    """``--pask-own-budget 0.5 --pask-segment-prefill full``: two requests sharing a tools block
+    (the second recomputes it and is pointed at the tree's compressed copy); kept positions at
+    every compression and tokens equal the runner's with ``own_budget=0.5, segment_prefill="full"``."""
     from sglang_pask.eval.parity import compare, runner_trace, server_traces
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.hf import Runner
@@ -258,7 +265,7 @@ def test_own_budget_matches_the_runner(servers):
     time.sleep(1.0)  # the output record is written at release
     served = server_traces(str(servers["logs"] / "kept-own"), str(servers["logs"] / "tags-own"))
     runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
-                    segment="system", own_budget=OWN_BUDGET)
+                    segment="system", own_budget=OWN_BUDGET, segment_prefill="full")
     compared = 0
     for body in bodies:
         body = {**body, "chat_template_kwargs": {"enable_thinking": False}}

@@ -61,18 +61,19 @@ def _entries(entries: Union[str, Entry, Iterable[Entry]]) -> list[Entry]:
 def score(model, method, entries: Union[str, Iterable[Entry]], *, budget: float | None = None,
           policy=None, schedule: str | None = None, settings: Union[Settings, dict, None] = None,
           progress: bool = False, segment: str = "none", segment_budget: float | None = None,
-          own_budget: float | None = None, **method_options) -> list[dict]:
+          own_budget: float | None = None, segment_prefill: str = "compressed", **method_options) -> list[dict]:
     """Score ``entries`` (Entry objects or a ``--data`` spec such as ``"synthetic:calib:20:tiny"``)
     with the reference runner under ``method`` (a registry name or a KVMethod; ``budget``,
     ``policy``, ``schedule`` and ``method_options`` as :func:`~sglang_pask.eval.hf_backend.bind_runner`).
     ``model``: a model directory or a Runner (:func:`load_runner`) reused across calls.
-    ``segment``/``segment_budget``/``own_budget``: the runner's shared-segment rule
+    ``segment``/``segment_budget``/``own_budget``/``segment_prefill``: the runner's shared-segment rule
     (:mod:`sglang_pask.methods.segment`; ``pask eval --segment ...``). Returns
     one results.jsonl record per entry, in order: ``{"id", "category", "raw", "decoded", "valid",
     "error_type", "error", "meta"}``."""
     items = _entries(entries)
     backend = HFBackend(model, method, budget, policy, schedule=schedule, method_options=method_options,
-                        segment=segment, segment_budget=segment_budget, own_budget=own_budget)
+                        segment=segment, segment_budget=segment_budget, own_budget=own_budget,
+                        segment_prefill=segment_prefill)
     cfg = as_settings(settings)
     bar = None
     if progress:

@@ -26,7 +26,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--schedule", choices=SCHEDULES, help="when the method compresses (hf; default: the method's, "
                    "continuous); with openai a label")
-    from sglang_pask.methods.segment import SEGMENTS
+    from sglang_pask.methods.segment import PREFILLS, SEGMENTS
 
     p.add_argument("--segment", choices=SEGMENTS, help="hf: the shared segment compressed on its own (system: "
                    "the system/tools message, as a server with the radix cache does; default none); with "
@@ -34,6 +34,8 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--segment-budget", type=float, help="hf: the shared segment's budget (default: --budget)")
     p.add_argument("--own-budget", type=float, help="hf: the budget of each request's own tokens after the "
                    "segment (default: --budget counting the segment's slots; 1: never dropped)")
+    p.add_argument("--segment-prefill", choices=PREFILLS, help="hf: the request's own tokens are prefilled "
+                   "against the segment as kept (compressed, default) or whole (full: the segment is cut after)")
     p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option (repeatable), e.g. normalize=true, window=32; values parse as JSON scalars")
     p.add_argument("--limit", type=int, help="at most N entries per category (the first N)")

@@ -23,7 +23,7 @@ __all__ = ["HFBackend", "bind_runner", "runner_body"]
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
                 segment: str = "none", segment_budget: float | None = None, own_budget: float | None = None,
-                **method_options):
+                segment_prefill: str = "compressed", **method_options):
     """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
 
     ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
@@ -33,7 +33,8 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
     fields, which needs a dataclass method). ``policy``: a loaded policy or a policy file, checked
     against the model's binding. ``segment``: the runner's shared segment (``none`` or ``system``), compressed at
     ``segment_budget`` (default: the method's budget), the request's own tokens at ``own_budget`` (default: the
-    request's budget less the segment's slots)."""
+    request's budget less the segment's slots), prefilled against the segment as kept or whole
+    (``segment_prefill``: ``compressed`` or ``full``)."""
     from sglang_pask.hf import Runner
     from sglang_pask.methods import KVMethod, make_method
 
@@ -58,12 +59,13 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
         bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar,
-                       segment=segment, segment_budget=segment_budget, own_budget=own_budget)
+                       segment=segment, segment_budget=segment_budget, own_budget=own_budget,
+                       segment_prefill=segment_prefill)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
         return bound
     return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment=segment,
-                  segment_budget=segment_budget, own_budget=own_budget)
+                  segment_budget=segment_budget, own_budget=own_budget, segment_prefill=segment_prefill)
 
 
 def _model_dir(model) -> str | None:
@@ -88,10 +90,11 @@ class HFBackend(Backend):
 
     def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
                  schedule: str | None = None, method_options: dict | None = None, segment: str = "none",
-                 segment_budget: float | None = None, own_budget: float | None = None):
+                 segment_budget: float | None = None, own_budget: float | None = None,
+                 segment_prefill: str = "compressed"):
         self.runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
                                   segment=segment, segment_budget=segment_budget, own_budget=own_budget,
-                                  **(method_options or {}))
+                                  segment_prefill=segment_prefill, **(method_options or {}))
         self.model_dir = _model_dir(model)
         self.policy_file = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else None
 
@@ -105,7 +108,8 @@ class HFBackend(Backend):
                    method_options=getattr(args, "method_options", None),
                    segment=getattr(args, "segment", None) or "none",
                    segment_budget=getattr(args, "segment_budget", None),
-                   own_budget=getattr(args, "own_budget", None))
+                   own_budget=getattr(args, "own_budget", None),
+                   segment_prefill=getattr(args, "segment_prefill", None) or "compressed")
 
     def describe(self) -> dict:
         """The run-record fields of :mod:`sglang_pask.eval.records` this backend decides."""
@@ -118,7 +122,8 @@ class HFBackend(Backend):
                 "schedule": rec.get("schedule", getattr(m, "schedule", "continuous")),
                 "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": self.runner.segment,
                 "segment_budget": self.runner.segment_budget if self.runner.segment != "none" else None,
-                "own_budget": self.runner.own_budget if self.runner.segment != "none" else None}
+                "own_budget": self.runner.own_budget if self.runner.segment != "none" else None,
+                "segment_prefill": self.runner.segment_prefill if self.runner.segment != "none" else None}
 
     def generate(self, request: Request) -> Generation:
         body = runner_body(request)

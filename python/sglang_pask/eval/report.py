@@ -100,6 +100,7 @@ def _engine(cfg: dict) -> str:
     parts = [f"segment={cfg['segment']}"] if cfg.get("segment") not in (None, "none") else []
     parts += [f"segment budget {cfg['segment_budget']:g}"] if parts and cfg.get("segment_budget") else []
     parts += [f"own budget {cfg['own_budget']:g}"] if parts and cfg.get("own_budget") else []
+    parts += ["full prefill"] if parts and cfg.get("segment_prefill") == "full" else []
     parts += ["radix"] if cfg.get("radix_cache") else []
     return f" [{', '.join(parts)}]" if parts else ""
 

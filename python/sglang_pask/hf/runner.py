@@ -32,6 +32,7 @@ from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
 from sglang_pask.methods.segment import (
     SEGMENTS,
     check_own_budget,
+    check_prefill,
     own_due,
     own_kept,
     own_method,
@@ -80,8 +81,10 @@ class Runner:
     compresses only its own tokens: :mod:`sglang_pask.methods.segment`, what a server with the
     radix cache on does; ``segment_budget``: the segment's budget, default the method's;
     ``own_budget``: the budget of the request's own tokens, default the request's budget less the
-    segment's slots, :func:`~sglang_pask.methods.segment.own_slots`). Not
-    thread-safe: one generation at a time.
+    segment's slots, :func:`~sglang_pask.methods.segment.own_slots`; ``segment_prefill``:
+    ``compressed`` (the rest of the prompt is prefilled against what the segment kept) or
+    ``full`` (against the whole segment, which is cut to the same kept positions after it:
+    :data:`~sglang_pask.methods.segment.PREFILLS`)). Not thread-safe: one generation at a time.
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
@@ -90,7 +93,7 @@ class Runner:
                  constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
                  device: Optional[str] = None, method_options: Optional[dict] = None,
                  segment: str = "none", segment_budget: Optional[float] = None,
-                 own_budget: Optional[float] = None):
+                 own_budget: Optional[float] = None, segment_prefill: str = "compressed"):
         if segment not in SEGMENTS:
             raise ValueError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
         if compress_every is not None and compress_every < 1:
@@ -137,6 +140,8 @@ class Runner:
         self.segment_budget = segment_budget
         check_own_budget(own_budget, "own_budget", segment)
         self.own_budget = own_budget
+        check_prefill(segment_prefill, "segment_prefill", segment)
+        self.segment_prefill = segment_prefill
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -211,16 +216,28 @@ class Runner:
         allocation = [int(a) for a in own_method(self.method, view, slots).allocation(view)]
         return self._keep(cache, step, seq_len, allocation, kept_all, retained, None)
 
+    def segment_selection(self, cache: PrunableCache, classes: Sequence[int]) -> list[np.ndarray]:
+        """Per layer, the positions of the shared segment ``[0, S)`` (``S = len(classes)``) that
+        :func:`~sglang_pask.methods.segment.segment_kept` keeps; called when the segment's KV is
+        just written and nothing after it (its statistics are the segment's alone)."""
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        return segment_kept(self.method, self.num_layers, self.groups, classes,
+                            attention=_stats(cache, retained), segment_budget=self.segment_budget)
+
+    def cut_segment(self, cache: PrunableCache, kept: Sequence[np.ndarray], segment_end: int,
+                    seq_len: int) -> Compression:
+        """Drop the segment positions outside ``kept`` (per layer); positions ``>= segment_end``
+        (``< seq_len``) stay."""
+        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
+        kept_all = [np.concatenate([np.asarray(k, np.int64), r[r >= segment_end]]) for k, r in zip(kept, retained)]
+        # no protected tail: the segment's own view has none (its last token is not a current
+        # step), so a policy may drop it like any other
+        return self._keep(cache, 0, seq_len, [len(k) for k in kept], kept_all, retained, None, tail=0)
+
     def compress_segment(self, cache: PrunableCache, classes: Sequence[int]) -> Compression:
         """The shared segment ``[0, S)`` (``S = len(classes)``, its KV just written, nothing
         after it): keep what :func:`~sglang_pask.methods.segment.segment_kept` keeps."""
-        s = len(classes)
-        retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
-        kept = segment_kept(self.method, self.num_layers, self.groups, classes,
-                            attention=_stats(cache, retained), segment_budget=self.segment_budget)
-        # no protected tail: the segment view has none (its last token is not a current step; the
-        # rest of the prompt is prefilled after it), so a policy may drop it like any other
-        return self._keep(cache, 0, s, [len(k) for k in kept], kept, retained, None, tail=0)
+        return self.cut_segment(cache, self.segment_selection(cache, classes), len(classes), len(classes))
 
     def _keep(self, cache, step, seq_len, allocation, kept_sets, retained, head_mask,
               tail: int = PROTECTED_TAIL) -> Compression:
@@ -261,7 +278,12 @@ class Runner:
 
         seg = tags.segment_end if self.segment == "system" else 0
         segment = None
-        if seg:  # the shared segment first, compressed alone; the rest attends to what it kept
+        if seg and self.segment_prefill == "full":  # the rest attends to the whole segment
+            self.forward(cache, prompt[:seg], 0)
+            kept = self.segment_selection(cache, prompt_classes[:seg])
+            logits = self.forward(cache, prompt[seg:], seg)
+            segment = self.cut_segment(cache, kept, seg, len(prompt))
+        elif seg:  # the shared segment first, compressed alone; the rest attends to what it kept
             self.forward(cache, prompt[:seg], 0)
             segment = self.compress_segment(cache, prompt_classes[:seg])
             logits = self.forward(cache, prompt[seg:], seg)

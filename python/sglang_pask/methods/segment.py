@@ -22,6 +22,13 @@ spans, by the same method:
   the segment does not keep goes to the request's own tokens, up to the request's whole budget
   ``b*T`` counting the segment.
 
+What the own tokens are prefilled against (:data:`PREFILLS`): ``compressed`` (default): the
+segment's kept positions only -- a request that hits the radix tree reuses the segment's KV and
+computes only its own tokens; ``full``: the whole segment, then the segment is cut to the same
+kept positions -- the own tokens' KV is then exactly what Full KV computes for them (the server
+recomputes the segment for each request and shares its memory, not its prefill compute). The
+kept segment positions are the same in both: they depend on the segment alone.
+
 With ``S == 0`` (no shared segment) the own view is the whole view: the ordinary rule.
 Engine-agnostic, like the rest of :mod:`sglang_pask.methods`; per-KV-head methods are refused
 (their head masks do not split across spans).
@@ -39,6 +46,8 @@ from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
 #: where a shared segment ends: ``none`` (no segment: the whole prompt is the request's own) or
 #: ``system`` (the end of the system/tools message, :attr:`~sglang_pask.rendering.RenderedPrompt.segment_end`)
 SEGMENTS = ("none", "system")
+#: what a request's own tokens are prefilled against (module): the segment as kept, or whole
+PREFILLS = ("compressed", "full")
 
 
 def check_method(method: KVMethod) -> None:
@@ -96,6 +105,16 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
                      classes=np.asarray(classes, np.int64)[s:seq_len],
                      retained=[np.asarray(r, np.int64)[m] - s for r, m in zip(retained, masks)],
                      protected_tail=protected_tail, attention=stats, prompt_len=max(prompt_len - s, 0), start=s)
+
+
+def check_prefill(prefill: str, flag: str = "segment_prefill", segment: Optional[str] = None,
+                  segment_flag: str = "segment") -> None:
+    """Raise ValueError naming ``flag`` unless ``prefill`` is one of :data:`PREFILLS`, and (when
+    ``segment`` is given) unless ``full`` comes with a shared segment."""
+    if prefill not in PREFILLS:
+        raise ValueError(f"{flag} must be one of {', '.join(PREFILLS)}, got {prefill!r}")
+    if prefill != PREFILLS[0] and segment == "none":
+        raise ValueError(f"{flag} {prefill} needs {segment_flag} system")
 
 
 def own_held(view: CacheView) -> int:

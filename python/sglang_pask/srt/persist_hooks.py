@@ -152,6 +152,7 @@ def pask_state(scheduler) -> dict:
            "segment": config.segment if config else None, "radix_cache": bool(config and config.radix),
            "segment_budget": config.segment_budget if config else None,
            "own_budget": config.own_budget if config else None,
+           "segment_prefill": config.segment_prefill if config and config.segment != "none" else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):

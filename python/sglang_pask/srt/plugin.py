@@ -55,6 +55,10 @@ PERSIST_FLAGS = {
     "--pask-own-budget": ("pask_own_budget", serving.ENV_OWN_BUDGET, float,
                           "budget of each request's own tokens after the shared segment (default: "
                           "--pask-budget counting the segment's slots; 1: only the segment is compressed)"),
+    "--pask-segment-prefill": ("pask_segment_prefill", serving.ENV_SEGMENT_PREFILL, str,
+                               "what each request's own tokens are prefilled against: compressed (default: "
+                               "the segment as kept, reused from the radix cache) or full (the whole "
+                               "segment, recomputed per request; the tree shares its memory)"),
     "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
                         "(debug) write the kept positions of every compression to JSON lines in DIR"),
 }
@@ -110,7 +114,8 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
                                       model_dir=getattr(args, "model_path", None),
                                       segment=values["--pask-segment"], radix=radix,
                                       segment_budget=values["--pask-segment-budget"],
-                                      own_budget=values["--pask-own-budget"])
+                                      own_budget=values["--pask-own-budget"],
+                                      segment_prefill=values["--pask-segment-prefill"])
     except (ValueError, TypeError) as e:
         raise SystemExit(f"error: {e}") from None
     radix = config.radix

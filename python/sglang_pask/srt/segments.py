@@ -17,6 +17,14 @@ Hooks (registered by :mod:`.persist_hooks`):
   request that finishes at prefill), and with the radix cache off in the
   ``mem_cache.common.checkpoint_kv_cache`` hook (AROUND). Idempotent: a segment the tree already
   holds compressed loses nothing more; deterministic: any request computes the same set.
+
+With ``--pask-segment-prefill full`` the order is the runner's ``segment_prefill="full"``: no
+request matches a tree node (:mod:`.radix_tags`), nothing is chunked at ``S``, and a request
+publishes its segment (the tree's insert) and cuts it (:func:`ensure_segment`) only once its
+whole prompt is prefilled, so its own tokens attended to the whole segment. The insert finds the
+segment already in the tree when another request put it there: SGLang then frees this request's
+copy as a duplicate and points it at the tree's slots, compressed -- the tree shares the
+segment's memory, not its prefill compute.
 """
 
 from __future__ import annotations
@@ -53,12 +61,21 @@ def segment_kept_units(req, config) -> list[np.ndarray]:
     return tags.segment_kept
 
 
+def segment_ready(req, config, written: int) -> bool:
+    """The request's segment may be published and cut, its KV written up to ``written``: the
+    segment's end (``compressed``), or the whole prompt (``full``: its own tokens saw it whole)."""
+    s = tags_of(req).segment_end
+    need = len(req.origin_input_ids) if config.segment_prefill == "full" else s
+    return s > 0 and written >= need
+
+
 def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
     """Make the request's segment hold exactly its kept positions in every unit, once its KV is
-    written (``req.extend_end >= S``). Returns the unit slots freed (0 when it already did)."""
+    written (:func:`segment_ready` of ``req.extend_end``). Returns the unit slots freed (0 when
+    it already did)."""
     tags = tags_of(req)
     s = tags.segment_end
-    if s <= 0 or req.kv.req_pool_idx is None or int(getattr(req, "extend_end", 0) or 0) < s:
+    if req.kv.req_pool_idx is None or not segment_ready(req, config, int(getattr(req, "extend_end", 0) or 0)):
         return 0
     full_ids = req_to_token[req.kv.req_pool_idx, :s]
     freed = 0
@@ -96,7 +113,8 @@ def around_select_admission(original, adder, req, **kwargs):
     from sglang_pask.srt.serving import active_config
 
     config = active_config()
-    if config is None or config.segment == "none" or not isinstance(admission, _PrefillAdmission):
+    if config is None or config.segment == "none" or config.segment_prefill == "full" \
+            or not isinstance(admission, _PrefillAdmission):
         return admission
     try:
         s = tags_of(req).segment_end

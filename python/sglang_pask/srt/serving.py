@@ -15,7 +15,10 @@ Flags (added by :mod:`.plugin`, carried to the scheduler through environment var
   once at ``B_s`` (default ``B``; :mod:`sglang_pask.methods.segment`). With ``system`` and the
   radix cache on (SGLang's default), the tree caches and shares exactly each request's segment,
   compressed (:mod:`.radix_cache`); with ``--disable-radix-cache`` nothing is shared, the rule is
-  the same. Opt-in because, measured on the calib split (tiny, grouped, budget 0.33), segment
+  the same. ``--pask-segment-prefill compressed|full``: a request's own tokens are prefilled
+  against the segment as kept (default; a radix hit reuses the compressed segment's KV) or whole
+  (``full``: the request recomputes the segment, which the tree then shares in memory only:
+  :mod:`.segments`). Opt-in because, measured on the calib split (tiny, grouped, budget 0.33), segment
   compression scores far below whole-prompt compression (README, issue 13).
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
@@ -44,6 +47,7 @@ ENV_SEGMENT = "SGLANG_PASK_SEGMENT"
 ENV_RADIX = "SGLANG_PASK_RADIX"
 ENV_SEGMENT_BUDGET = "SGLANG_PASK_SEGMENT_BUDGET"
 ENV_OWN_BUDGET = "SGLANG_PASK_OWN_BUDGET"
+ENV_SEGMENT_PREFILL = "SGLANG_PASK_SEGMENT_PREFILL"
 
 DEFAULT_METHOD = "pask"
 
@@ -84,6 +88,9 @@ class ServingConfig:
     #: the segment's slots, :func:`~sglang_pask.methods.segment.own_slots`); not in :attr:`stamp`:
     #: it does not change what a segment keeps
     own_budget: Optional[float] = None
+    #: what a request's own tokens are prefilled against (:data:`~sglang_pask.methods.segment.PREFILLS`);
+    #: not in :attr:`stamp` either: the segment keeps the same positions
+    segment_prefill: str = "compressed"
 
     @property
     def budget(self) -> float:
@@ -102,7 +109,8 @@ class ServingConfig:
                 f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
                 f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}"
                 f"{'' if self.segment_budget is None else f' at budget {self.segment_budget:g}'}"
-                f"{'' if self.own_budget is None else f', own tokens at budget {self.own_budget:g}'}, "
+                f"{'' if self.own_budget is None else f', own tokens at budget {self.own_budget:g}'}"
+                f"{', own tokens prefilled against the whole segment' if self.segment_prefill == 'full' else ''}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
 
@@ -110,9 +118,10 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
                  schedule: Optional[str] = None, interval: Optional[int] = None,
                  kept_log: Optional[str] = None, model_dir: Optional[str] = None,
                  segment: Optional[str] = None, radix: bool = False,
-                 segment_budget: Optional[float] = None, own_budget: Optional[float] = None) -> ServingConfig:
+                 segment_budget: Optional[float] = None, own_budget: Optional[float] = None,
+                 segment_prefill: Optional[str] = None) -> ServingConfig:
     """The serving configuration; raises ValueError naming the bad flag or field."""
-    from sglang_pask.methods.segment import SEGMENTS, check_own_budget
+    from sglang_pask.methods.segment import SEGMENTS, check_own_budget, check_prefill
     from sglang_pask.methods.segment import check_method as check_segment_method
     from sglang_pask.policy import load_policy
 
@@ -144,6 +153,8 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     if segment_budget is not None and segment == "none":
         raise ValueError("--pask-segment-budget needs --pask-segment system")
     check_own_budget(own_budget, "--pask-own-budget", segment, "--pask-segment")
+    segment_prefill = segment_prefill or "compressed"
+    check_prefill(segment_prefill, "--pask-segment-prefill", segment, "--pask-segment")
     options = {}
     if schedule is not None:
         options["schedule"] = schedule
@@ -168,7 +179,8 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
                          num_layers=num_layers, kept_log=kept_log, segment=segment, radix=radix,
                          policy_sha256=policy_hash(policy),
                          segment_budget=None if segment_budget is None else float(segment_budget),
-                         own_budget=None if own_budget is None else float(own_budget))
+                         own_budget=None if own_budget is None else float(own_budget),
+                         segment_prefill=segment_prefill)
 
 
 def _env_float(name: str) -> Optional[float]:
@@ -191,4 +203,5 @@ def active_config() -> Optional[ServingConfig]:
                         schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
                         kept_log=os.environ.get(ENV_KEPT_LOG) or None,
                         segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1",
-                        segment_budget=_env_float(ENV_SEGMENT_BUDGET), own_budget=_env_float(ENV_OWN_BUDGET))
+                        segment_budget=_env_float(ENV_SEGMENT_BUDGET), own_budget=_env_float(ENV_OWN_BUDGET),
+                        segment_prefill=os.environ.get(ENV_SEGMENT_PREFILL) or None)
