@@ -13,6 +13,9 @@
 #                        compressed), with the whole-prompt policy and, when it exists, with
 #                        SEGMENT_POLICY (default policies/<model>.segment.json: calibrated on calib
 #                        under exactly this rule, bench/tiny_calibrate.sh; used at its own budget only)
+#   radix on, own kept, full prefill: the same with SEGMENT_POLICY and --pask-segment-prefill full
+#                        (each request's own tokens prefilled against the whole segment, which the
+#                        request recomputes; the tree still holds one compressed copy)
 #   runner, full:        pask eval --backend hf --method full (the reference)
 #   bash bench/radix_eval.sh                    # N=200, budget 0.33, schedule prefill (~8 min)
 #   N=20 BUDGETS="0.33 0.2" bash bench/radix_eval.sh
@@ -69,7 +72,12 @@ for b in $BUDGETS; do
   if [[ -f $SEGMENT_POLICY && $(policy_budget "$SEGMENT_POLICY") == "$b" ]]; then
     variant "$b" radix-on-own-kept-segment-policy "$SEGMENT_POLICY" \
       "--pask-segment system $SEGARGS --pask-own-budget 1" "--segment system $HFSEGARGS --own-budget 1"
-    [[ " ${labels[*]} " == *" radix-on-own-kept-segment-policy "* ]] || labels+=(radix-on-own-kept-segment-policy)
+    variant "$b" radix-on-own-kept-full-prefill "$SEGMENT_POLICY" \
+      "--pask-segment system $SEGARGS --pask-own-budget 1 --pask-segment-prefill full" \
+      "--segment system $HFSEGARGS --own-budget 1 --segment-prefill full"
+    for l in radix-on-own-kept-segment-policy radix-on-own-kept-full-prefill; do
+      [[ " ${labels[*]} " == *" $l "* ]] || labels+=("$l")
+    done
   fi
 done
 echo "[$SECONDS s] runner, full"
