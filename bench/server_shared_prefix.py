@@ -24,6 +24,8 @@ continuous schedule at each of ``--intervals`` (decode steps between budget chec
     .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
     .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --policy policies/pask-tiny-fc.segment.json \
         --out bench/results/pask-tiny-fc-server-shared-prefix-own-kept
+    .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --segment-prefill full \
+        --policy policies/pask-tiny-fc.segment.json --out bench/results/pask-tiny-fc-server-shared-prefix-full-prefill
 
 Writes ``report.md``, ``results.json`` and ``meta.json`` into ``--out``.
 """
@@ -97,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--segment-budget", type=float, default=None, help="the shared segment's budget")
     p.add_argument("--own-budget", type=float, default=None,
                    help="each request's own tokens' budget (--pask-own-budget; 1: only the segment is compressed)")
+    p.add_argument("--segment-prefill", choices=("compressed", "full"), default=None,
+                   help="--pask-segment-prefill (full: each request recomputes the tools block)")
     p.add_argument("--intervals", default="1,16", help="PASK compression intervals (continuous schedule)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
@@ -116,6 +120,7 @@ def main(argv=None) -> int:
         seg = ["--pask-segment", "system"] + ([] if a.segment_budget is None else
                                               ["--pask-segment-budget", str(a.segment_budget)])
         seg += [] if a.own_budget is None else ["--pask-own-budget", str(a.own_budget)]
+        seg += [] if a.segment_prefill is None else ["--pask-segment-prefill", a.segment_prefill]
         runs = {}
         for interval in [int(x) for x in a.intervals.split(",")]:
             runs[interval] = serve_and_bench(
@@ -131,6 +136,7 @@ def main(argv=None) -> int:
             "median_ttft_ms")
     ratios = {i: {k: round(r[k] / full[k], 3) if full.get(k) else None for k in keys} for i, r in runs.items()}
     results = {"model": a.model, "policy": a.policy, "budget": a.budget, "own_budget": a.own_budget,
+               "segment_prefill": a.segment_prefill,
                "segment_budget": a.segment_budget, "dataset": data, "kv_bytes": kv,
                "pask_max_total_tokens": n_pask, "full": full, "pask": {str(i): r for i, r in runs.items()},
                "ratio": {str(i): r for i, r in ratios.items()}}
@@ -144,7 +150,8 @@ def main(argv=None) -> int:
         f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, "
         f"{pools['unit_size']} slots per unit). Policy `{a.policy}`"
         f"{'' if a.segment_budget is None else f', segment budget {a.segment_budget:g}'}"
-        f"{'' if a.own_budget is None else f', own tokens at budget {a.own_budget:g}'}.", "",
+        f"{'' if a.own_budget is None else f', own tokens at budget {a.own_budget:g}'}"
+        f"{'' if a.segment_prefill is None else f', segment prefill {a.segment_prefill}'}.", "",
         "| | completed | requests/s | output tok/s | max running | mean running | median TPOT ms | median TTFT ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *[f"| {name} | {r['completed']} | {r['request_throughput']:.3f} | {r['output_throughput']:.1f} | "
