@@ -8,7 +8,10 @@ message -- compressed once):
   full``) holds the prefix once plus every own token; with ``--pask-own-budget 0.5
   --pask-segment-prefill full`` the own tokens are held at 0.5 instead -- <= 1.05 x (b x prefix +
   sum of 0.5 x own) -- and every request recomputes the segment, yet the tree holds one
-  compressed copy (each request's own copy is freed as a duplicate);
+  compressed copy (each request's own copy is freed as a duplicate); with ``--pask-own-budget 1
+  --pask-segment-prefill full`` (the mode that keeps accuracy, README) one compressed copy plus
+  every own token -- <= 1.05 x (b x prefix + sum of own), above the issue's bound, and printed
+  against it;
 * a request that hits the cached segment reads exactly the slots a miss computed: its kept
   positions at every compression and its tokens equal the miss's (the same request again) and
   the reference runner's with ``segment="system"``; the same under ``--pask-own-budget 0.5
@@ -130,7 +133,8 @@ def _start_together(specs: dict[str, list[str]], env=None):
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """``pask``: PASK@0.33 with the radix cache on and the kept/tag logs; ``pask_own``: the same
-    with ``--pask-own-budget 0.5 --pask-segment-prefill full``; ``full``: the same binary with ``--pask-method full``.
+    with ``--pask-own-budget 0.5 --pask-segment-prefill full``; ``pask_kept``: own budget 1, full
+    prefill; ``full``: the same binary with ``--pask-method full``.
     Started together, stopped by PID, also on failure."""
     logs = tmp_path_factory.mktemp("radix-logs")
     common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--max-total-tokens", "16384"]
@@ -139,6 +143,8 @@ def servers(tmp_path_factory):
              "pask_own": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", str(OWN_BUDGET),
                           "--pask-segment-prefill", "full",
                           "--pask-kept-log", str(logs / "kept-own"), "--pask-tag-log", str(logs / "tags-own")],
+             "pask_kept": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", "1",
+                           "--pask-segment-prefill", "full"],
              "full": [*common, "--pask-method", "full"]}
     managers, futures, started = _start_together(specs, env=STRICT_IDLE)
     try:
@@ -160,7 +166,7 @@ def test_shared_tools_block_memory(servers):
     bodies, seg = shared_block(32)
     assert seg >= 300
     held = {}
-    for name in ("pask", "pask_own", "full"):
+    for name in ("pask", "pask_own", "pask_kept", "full"):
         srv = servers[name]
         out = _send_shared(srv, bodies)
         assert all(r.choices[0].message.tool_calls for r in out)
@@ -204,6 +210,15 @@ def test_shared_tools_block_memory(servers):
     # request; the others' copies were freed as duplicates of the tree's)
     assert own_counters["segment_chunks_forced"] == 0 and own_counters["segments_compressed"] == 1, own_counters
     assert total < own_total <= bound
+    # own tokens kept, full prefill: the segment once, every own token
+    kept_total, _, kept_tree, kept_counters, _, (prefix, own) = held["pask_kept"]
+    kept_bound = 1.05 * (BUDGET * prefix + own) * layers * per
+    issue_bound = 1.05 * BUDGET * (prefix + own) * layers * per
+    print(f"--pask-own-budget 1 --pask-segment-prefill full: held {kept_total} KV bytes (segment "
+          f"{kept_tree['kv_bytes']}; Full KV {full_total}, ratio {kept_total / full_total:.3f}); bound "
+          f"1.05 x (b x prefix + own) = {kept_bound:.0f}; the issue's 1.05 x b x (prefix + own) = {issue_bound:.0f}")
+    assert kept_tree["unit_slots"] == tree["unit_slots"] and kept_counters["segments_compressed"] == 1
+    assert own_total < kept_total <= kept_bound and kept_total < full_total
 
 
 def test_hit_reads_what_a_miss_computed(servers):

@@ -18,8 +18,10 @@ Flags (added by :mod:`.plugin`, carried to the scheduler through environment var
   the same. ``--pask-segment-prefill compressed|full``: a request's own tokens are prefilled
   against the segment as kept (default; a radix hit reuses the compressed segment's KV) or whole
   (``full``: the request recomputes the segment, which the tree then shares in memory only:
-  :mod:`.segments`). Opt-in because, measured on the calib split (tiny, grouped, budget 0.33), segment
-  compression scores far below whole-prompt compression (README, issue 13).
+  :mod:`.segments`). Opt-in because, measured on the calib split (tiny, budget 0.33), segment
+  compression keeps whole-prompt accuracy only with every own token kept (``--pask-own-budget
+  1``) and the full prefill, which holds more than b of each request's tokens and gives up the
+  tree's prefill reuse (README, issue 13).
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
 per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
