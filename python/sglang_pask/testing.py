@@ -102,10 +102,12 @@ def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
             child.kill()
 
 
-@contextlib.contextmanager
-def running_server(
-    model: str, extra_args: Sequence[str] = (), timeout: float = 240.0, env: dict | None = None
-) -> Iterator[Server]:
+class _PortTaken(ServerStartError):
+    """The chosen port was taken between :func:`free_port` and the server's bind."""
+
+
+def _start(model: str, extra_args: Sequence[str], timeout: float, env: dict | None) -> Server:
+    """A healthy server on a fresh free port (stopped before any error is raised)."""
     port = free_port()
     fd, log_path = tempfile.mkstemp(prefix=f"pask-server-{port}-", suffix=".log")
     os.close(fd)
@@ -122,12 +124,33 @@ def running_server(
             if proc.poll() is not None:
                 raise ServerStartError(f"server exited with {proc.returncode}:\n{server.log()[-4000:]}")
             if "Errno 98" in server.log():
-                raise ServerStartError(f"port {port} already in use:\n{server.log()[-2000:]}")
+                raise _PortTaken(f"port {port} already in use:\n{server.log()[-2000:]}")
             if _healthy(server.url):
-                break
+                return server
             if time.monotonic() > deadline:
                 raise ServerStartError(f"server not healthy after {timeout}s:\n{server.log()[-4000:]}")
             time.sleep(0.5)
+    except BaseException:
+        stop(proc)
+        raise
+
+
+@contextlib.contextmanager
+def running_server(
+    model: str, extra_args: Sequence[str] = (), timeout: float = 240.0, env: dict | None = None,
+    port_tries: int = 3,
+) -> Iterator[Server]:
+    """A healthy server, stopped by PID on exit (also on failure). A port taken between choosing
+    and binding it (another process, e.g. a server's internal sockets, took it first) is retried
+    on a new free port, up to ``port_tries`` starts."""
+    for attempt in range(port_tries):
+        try:
+            server = _start(model, extra_args, timeout, env)
+            break
+        except _PortTaken:
+            if attempt == port_tries - 1:
+                raise
+    try:
         yield server
     finally:
-        stop(proc)
+        stop(server.proc)
