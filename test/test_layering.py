@@ -5,7 +5,9 @@ parsed with ``ast`` and every import counted, function-level and ``TYPE_CHECKING
 * ``srt/`` (the SGLang plugin adapter) is imported by nothing outside it;
 * ``rendering`` (the one rendering path) sits on ``structure/`` only;
 * no module outside testing imports a ``testing`` module;
-* the intra-package import graph has no cycle;
+* the intra-package import graph has no cycle, module by module and package by package (every
+  module collapsed to its subpackage, top-level modules each their own node): no package imports
+  one above it in :data:`LAYERS`;
 * one rendering path: outside ``structure/`` (the tagger) and ``rendering.py``, no production
   module applies a chat template or calls a prompt tagger's ``tag``.
 
@@ -33,6 +35,27 @@ FORBIDDEN = {
 }
 #: where prompts may be rendered / tagged directly
 RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
+
+#: The packages (subpackages and top-level modules of sglang_pask; ``sglang_pask`` is its
+#: ``__init__``), lowest first: a package imports only packages of lower layers, none of its own
+#: layer. ``cli`` is the command registry: every ``<sub>/commands.py`` imports it to register, and
+#: it finds them by name at run time, so it sits below them (its own commands, ``env`` and ``tag``,
+#: use ``rendering``). ``srt`` (the SGLang plugin) is imported by nothing; the launcher starts
+#: SGLang, which loads ``srt`` as a plugin, so ``launch_server`` sits above it.
+LAYERS: list[tuple[str, ...]] = [
+    # version + lazy API names, path checks, the CPU shim, process conventions (standard library)
+    ("sglang_pask", "paths", "cpu_shim", "process"),
+    ("structure",),  # structural classes, taggers, trackers, request validation
+    ("rendering",),  # the one rendering path (SGLang's view of a request + the tagger)
+    ("cli",),  # the command registry (env, tag)
+    ("policy",),  # the policy file: schema, binding, prior
+    ("methods",),  # KV methods (pask reads a policy)
+    ("hf",),  # the transformers reference runner
+    ("eval",),  # the harness, backends, reports (talks to a server over HTTP)
+    ("tiny", "realmodel", "calibrate"),  # the tiny models, the real model's files; calibration
+    ("srt",),  # the SGLang plugin
+    ("launch_server",),  # the launcher
+]
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -157,3 +180,86 @@ def test_one_rendering_path():
                         f.attr == "tag" and "tagger" in ast.unparse(f.value).lower()):
                     bad.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {ast.unparse(f)}(...)")
     assert not bad, "renders a prompt outside sglang_pask.rendering.render_chat:\n" + "\n".join(bad)
+
+
+# --- package level ---------------------------------------------------------------------------
+
+def _package(mod: str) -> str:
+    """``sglang_pask.structure.tools_tagger`` -> ``structure``; ``sglang_pask.cli`` -> ``cli``;
+    ``sglang_pask`` -> ``sglang_pask``."""
+    return _sub(mod) or mod
+
+
+def _package_edges() -> dict[str, dict[str, str]]:
+    """importer package -> {imported package: the first module import between them, formatted},
+    testing modules left out (test helpers may import anything)."""
+    edges: dict[str, dict[str, str]] = {}
+    for a in sorted(EDGES):
+        if _is_testing(a):
+            continue
+        for b in sorted(EDGES[a]):
+            pa, pb = _package(a), _package(b)
+            if pa != pb and not _is_testing(b):
+                edges.setdefault(pa, {}).setdefault(pb, f"{_fmt(a, b)}  [{pa} -> {pb}]")
+    return edges
+
+
+PKG_EDGES = _package_edges()
+LAYER = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+
+
+def _find_cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
+    """One cycle of ``graph`` as the labels of its edges, or None."""
+    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph.get(v, {})):
+            if state.get(w) == 1:
+                loop = stack[stack.index(w):] + [w]
+                return [graph[a][b] for a, b in zip(loop, loop[1:])]
+            if w not in state and (found := visit(w)):
+                return found
+        stack.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def test_the_package_graph_sees_the_packages():
+    # function-level imports count at package level too (rendering -> structure is module-level,
+    # tiny -> rendering function-level)
+    assert "structure" in PKG_EDGES["rendering"] and "rendering" in PKG_EDGES["tiny"]
+    assert "structure" not in PKG_EDGES.get("structure", {})  # intra-package edges collapse
+    assert _find_cycle({"a": {"b": "a->b"}, "b": {"c": "b->c"}, "c": {"a": "c->a"}}) == ["a->b", "b->c", "c->a"]
+    assert _find_cycle({"a": {"b": "a->b"}, "b": {}}) is None
+
+
+def test_every_package_has_a_layer():
+    packages = {_package(m) for m in MODS if not _is_testing(m)}
+    assert packages == set(LAYER), (f"packages without a layer: {sorted(packages - set(LAYER))}; "
+                                    f"layers naming no package: {sorted(set(LAYER) - packages)}")
+
+
+def test_no_package_cycles():
+    cycle = _find_cycle(PKG_EDGES)
+    assert cycle is None, "package import cycle (one import per hop):\n" + "\n".join(cycle or [])
+
+
+def test_packages_import_downhill():
+    bad = [label for a, targets in PKG_EDGES.items() for b, label in targets.items()
+           if LAYER.get(b, -1) >= LAYER.get(a, -1)]
+    assert not bad, ("imports of a package of the same or a higher layer (LAYERS, lowest first: "
+                     + " < ".join("/".join(layer) for layer in LAYERS) + "):\n" + "\n".join(bad))
+
+
+def test_srt_is_imported_by_nothing():
+    bad = [_fmt(a, b) for a, targets in EDGES.items() if _sub(a) != "srt" and not _is_testing(a)
+           for b in targets if _sub(b) == "srt"]
+    assert not bad, "srt (the SGLang plugin) imported from outside it:\n" + "\n".join(bad)

@@ -4,6 +4,16 @@ Subcommands register themselves in ``COMMANDS`` (name -> (help, setup, run)) wit
 :func:`command` decorator, from a ``commands.py`` module in their own subpackage
 (``sglang_pask/<sub>/commands.py``); :func:`build_parser` imports every such module, so the
 registry alone drives the CLI. Heavy imports belong inside ``run``, not at module level.
+
+A :func:`group` (``pask policy``) takes subcommands named ``"<group> <sub>"``; any package may add
+one, so a command sits in the package it needs: ``pask policy ablate`` needs calibrate and
+registers from ``calibrate/commands.py``, above policy. The commands of top-level modules live
+here: ``env``, and ``tag`` (the view of :func:`sglang_pask.rendering.render_chat`, which sits above
+``structure/``: a ``tag`` in ``structure/commands.py`` would import upward).
+
+Layering (``test/test_layering.py``): this module imports only ``sglang_pask``, ``paths``,
+``cpu_shim``, ``structure`` and ``rendering``; the ``commands.py`` modules import it, and it finds
+them by name at run time, not by import.
 """
 
 from __future__ import annotations
@@ -17,14 +27,24 @@ import sglang_pask
 Setup = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[str, Setup, Run]] = {}
+#: a command that only holds subcommands (name -> help); its subcommands are ``COMMANDS["<name> <sub>"]``
+GROUPS: dict[str, str] = {}
 
 
 def command(name: str, help: str, setup: Setup):
+    """Register ``run`` as ``pask <name>``; ``name`` ``"<group> <sub>"`` makes it a subcommand of a
+    :func:`group`."""
+
     def deco(run: Run) -> Run:
         COMMANDS[name] = (help, setup, run)
         return run
 
     return deco
+
+
+def group(name: str, help: str) -> None:
+    """Register ``pask <name>`` as a command whose subcommands register as ``"<name> <sub>"``."""
+    GROUPS[name] = help
 
 
 @command("env", "print the versions and CPU-shim state this install runs with", lambda p: None)
@@ -44,6 +64,72 @@ def _env(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _tag_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model / tokenizer directory (HF format)")
+    p.add_argument("--request", required=True, help="an OpenAI chat request body (JSON file)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--output", default=None, help="generated text to tag with the output tracker "
+                     "(tokenized here; a model may have generated other token boundaries)")
+    out.add_argument("--output-ids", default=None, metavar="JSON",
+                     help="generated token ids as the engine produced them, a JSON list (e.g. the "
+                          "token_ids of a tag-log output record); tagged exactly as the server does")
+    p.add_argument("--format", choices=("json", "text", "html"), default="text")
+    from sglang_pask.structure import TRACKERS  # light: the registry, no model code
+
+    p.add_argument("--tracker", default=None, choices=sorted(TRACKERS),
+                   help="output tracker (default: chosen from the request)")
+
+
+@command("tag", "tag every token of a chat request (and an output) with its structural class", _tag_setup)
+def _tag(args: argparse.Namespace) -> int:
+    import json
+
+    from transformers import AutoTokenizer
+
+    from sglang_pask.rendering import render_chat
+    from sglang_pask.structure import ToolSchemaError
+    from sglang_pask.structure.render import as_html, as_json, as_text, rows
+    from sglang_pask.structure.token_bytes import tag_output, tag_output_ids
+
+    try:
+        with open(args.request, encoding="utf-8") as f:
+            request = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"pask tag: cannot read request {args.request}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(request, dict):
+        print("pask tag: the request must be a JSON object (an OpenAI chat request body)",
+              file=sys.stderr)
+        return 2
+    tok = AutoTokenizer.from_pretrained(args.model)
+    try:
+        rendered = render_chat(tok, request)  # exactly as the server renders it
+    except (ToolSchemaError, ValueError) as e:
+        print(f"pask tag: invalid request: {e}", file=sys.stderr)
+        return 2
+    tags, request = rendered.tags, rendered.view
+    all_rows = rows("prompt", tags.text, tags.offsets, tags.classes, ids=tags.token_ids)
+    for note in tags.notes:
+        print(f"pask tag: note: {note}", file=sys.stderr)
+    if args.output is not None or args.output_ids is not None:
+        tracker = rendered.tracker(args.tracker)
+        if args.output_ids is not None:
+            try:
+                ids = json.loads(args.output_ids)
+                assert isinstance(ids, list) and all(isinstance(i, int) and i >= 0 for i in ids)
+            except (ValueError, AssertionError):
+                print("pask tag: --output-ids must be a JSON list of token ids", file=sys.stderr)
+                return 2
+            text, offsets = tag_output_ids(tok, ids, tracker)
+        else:
+            text = args.output
+            ids, offsets = tag_output(tok, text, tracker)
+        all_rows += rows("output", text, offsets, tracker.classes, first=len(all_rows), ids=ids)
+    view = {"json": as_json, "text": as_text, "html": as_html}[args.format]
+    sys.stdout.write(view(all_rows) + ("\n" if args.format == "json" else ""))
+    return 0
+
+
 def _discover() -> None:
     import importlib
     import importlib.util
@@ -58,9 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
     _discover()
     parser = argparse.ArgumentParser(prog="pask", description=sglang_pask.__doc__)
     parser.add_argument("--version", action="version", version=sglang_pask.__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_, setup, _run) in sorted(COMMANDS.items()):
-        setup(sub.add_parser(name, help=help_))
+    subs = {"": parser.add_subparsers(dest="command", required=True)}  # group -> its subparsers
+    for name in sorted(GROUPS.keys() | COMMANDS.keys()):  # a group sorts before its subcommands
+        parent, _, leaf = name.rpartition(" ")
+        if parent not in subs:
+            raise RuntimeError(f"pask {name}: no command group {parent!r} is registered")
+        if name in GROUPS:
+            p = subs[parent].add_parser(leaf, help=GROUPS[name])
+            subs[name] = p.add_subparsers(dest=f"{name}_command", required=True)
+        else:
+            help_, setup, _run = COMMANDS[name]
+            setup(subs[parent].add_parser(leaf, help=help_))
     return parser
 
 
@@ -85,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if err := _path_error(args):
         print(f"pask {args.command}: error: {err}", file=sys.stderr)
         return 2
-    return COMMANDS[args.command][2](args)
+    name = args.command
+    while name in GROUPS:
+        name = f"{name} {getattr(args, f'{name}_command')}"
+    return COMMANDS[name][2](args)
 
 
 if __name__ == "__main__":

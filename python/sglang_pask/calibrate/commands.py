@@ -1,4 +1,6 @@
-"""``pask calibrate``: measure S and D on a calibration split and compile them into policies."""
+"""``pask calibrate``: measure S and D on a calibration split and compile them into policies;
+``pask policy ablate``: write an ablation of a policy (:mod:`sglang_pask.calibrate.ablation`; a
+subcommand of ``pask policy``, registered here because it needs calibrate, which sits above policy)."""
 
 from __future__ import annotations
 
@@ -60,4 +62,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"{budget_path(cfg.out, b)}: {line}")
     print(f"wrote {cfg.out} (b={cfg.main_budget:g}) and its report "
           f"{cfg.out.rsplit('.', 1)[0]}.calibration.md")
+    return 0
+
+
+def _ablate_setup(p: argparse.ArgumentParser) -> None:
+    from sglang_pask.calibrate.ablation import ABLATIONS
+
+    p.add_argument("file", help="the policy to ablate")
+    p.add_argument("--variant", required=True, choices=ABLATIONS)
+    p.add_argument("--out", required=True, help="policy file to write")
+
+
+@command("policy ablate", "write a policy with one part taken out (floors or residual steering)", _ablate_setup)
+def policy_ablate(args: argparse.Namespace) -> int:
+    import sys
+
+    from sglang_pask.calibrate.ablation import ablate
+    from sglang_pask.policy import PolicyError, load_policy, save_policy
+
+    try:
+        p = ablate(load_policy(args.file), args.variant)
+    except PolicyError as e:
+        print(f"pask policy ablate: {e}", file=sys.stderr)
+        return 1
+    save_policy(p, args.out)
+    print(f"wrote {args.out}: {p.name}")
     return 0

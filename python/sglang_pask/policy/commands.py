@@ -1,63 +1,53 @@
-"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``;
-``pask policy ablate``: write an ablation of a policy (:mod:`sglang_pask.calibrate.ablation`)."""
+"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``.
+(``pask policy ablate`` needs calibrate, so it registers from ``calibrate/commands.py``.)"""
 
 from __future__ import annotations
 
 import argparse
 
-from sglang_pask.cli import command
+from sglang_pask.cli import command, group
+
+group("policy", "write (prior) or validate (check) a PASK policy file")
 
 
-def _setup(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="policy_command", required=True)
-    prior = sub.add_parser("prior", help="write a structure-prior policy (calibration: null)")
-    prior.add_argument("--model", required=True, help="model directory (its config.json binds the policy)")
-    prior.add_argument("--groups", type=int, required=True, help="number of layer groups (consecutive, even)")
-    prior.add_argument("--budget", type=float, required=True, help="default budget b in (0, 1]")
-    prior.add_argument("--out", required=True, help="policy file to write")
-    prior.add_argument("--sinks", type=int, default=4, help="attention-sink tokens always kept (default 4)")
-    prior.add_argument("--recent-window", type=int, default=16, help="newest tokens always kept (default 16)")
-    prior.add_argument("--name", default=None, help="a name recorded in the file")
-    check = sub.add_parser("check", help="validate a policy file (and its binding to --model)")
-    check.add_argument("file")
-    check.add_argument("--model", default=None, help="model directory to check the binding against")
-    from sglang_pask.calibrate.ablation import ABLATIONS
-
-    ablate = sub.add_parser("ablate", help="write a policy with one part taken out (floors or residual steering)")
-    ablate.add_argument("file", help="the policy to ablate")
-    ablate.add_argument("--variant", required=True, choices=ABLATIONS)
-    ablate.add_argument("--out", required=True, help="policy file to write")
+def _prior_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory (its config.json binds the policy)")
+    p.add_argument("--groups", type=int, required=True, help="number of layer groups (consecutive, even)")
+    p.add_argument("--budget", type=float, required=True, help="default budget b in (0, 1]")
+    p.add_argument("--out", required=True, help="policy file to write")
+    p.add_argument("--sinks", type=int, default=4, help="attention-sink tokens always kept (default 4)")
+    p.add_argument("--recent-window", type=int, default=16, help="newest tokens always kept (default 16)")
+    p.add_argument("--name", default=None, help="a name recorded in the file")
 
 
-@command("policy", "write (prior) or validate (check) a PASK policy file", _setup)
-def run(args: argparse.Namespace) -> int:
+def _check_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file")
+    p.add_argument("--model", default=None, help="model directory to check the binding against")
+
+
+@command("policy check", "validate a policy file (and its binding to --model)", _check_setup)
+def check(args: argparse.Namespace) -> int:
     import sys
 
-    from sglang_pask.policy import PolicyError, load_policy, save_policy
+    from sglang_pask.policy import PolicyError, load_policy
 
-    if args.policy_command == "ablate":
-        from sglang_pask.calibrate.ablation import ablate
+    try:
+        p = load_policy(args.file, model_dir=args.model)
+    except PolicyError as e:
+        print(f"pask policy check: {e}", file=sys.stderr)
+        return 1
+    kind = "calibrated" if p.calibration is not None else "uncalibrated (prior)"
+    print(f"ok: {args.file}: {kind}, {p.num_groups} groups, budget {p.budget:g}, {p.model.shape()}")
+    return 0
 
-        try:
-            p = ablate(load_policy(args.file), args.variant)
-        except PolicyError as e:
-            print(f"pask policy ablate: {e}", file=sys.stderr)
-            return 1
-        save_policy(p, args.out)
-        print(f"wrote {args.out}: {p.name}")
-        return 0
-    if args.policy_command == "check":
-        try:
-            p = load_policy(args.file, model_dir=args.model)
-        except PolicyError as e:
-            print(f"pask policy check: {e}", file=sys.stderr)
-            return 1
-        kind = "calibrated" if p.calibration is not None else "uncalibrated (prior)"
-        print(f"ok: {args.file}: {kind}, {p.num_groups} groups, budget {p.budget:g}, {p.model.shape()}")
-        return 0
+
+@command("policy prior", "write a structure-prior policy (calibration: null)", _prior_setup)
+def prior(args: argparse.Namespace) -> int:
+    import sys
 
     from pydantic import ValidationError
 
+    from sglang_pask.policy import save_policy
     from sglang_pask.policy.binding import BindingError, ModelBinding
     from sglang_pask.policy.prior import prior_policy
     from sglang_pask.policy.schema import describe
