@@ -1,0 +1,190 @@
+"""A scheduler's bookkeeping at tiny sizes on CPU, from SGLang's own classes (no server): the
+PASK pools and allocator, SGLang's ``ReqToTokenPool``, real ``Req`` objects carrying the plugin's
+tags action, and optionally the PASK radix cache -- what the CPU unit tests (test_srt_*_unit.py)
+drive the plugin's bookkeeping with.
+
+:func:`serving_config` is the one place the tests build a :class:`~sglang_pask.srt.serving.ServingConfig`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from types import SimpleNamespace
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from conftest import ROOT
+
+POLICY = ROOT / "policies" / "pask-tiny-fc.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
+NUM_LAYERS = 4
+
+
+def serving_config(method: Optional[str] = None, budget: Optional[float] = 0.33, *, segment: str = "none",
+                   radix: bool = False, **kw):
+    """A serving configuration for the tiny policy (the only place tests call ``build_config``)."""
+    from sglang_pask.srt.serving import build_config
+
+    return build_config(str(POLICY), method=method, budget=budget, segment=segment, radix=radix, **kw)
+
+
+def reset_counters() -> None:
+    """Every process-global counter of the scheduler side back to zero (a fixture calls it)."""
+    from sglang_pask.srt import persist, request_tags, segments
+
+    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS):
+        for k in counters:
+            counters[k] = 0
+    persist.RELEASED.clear()
+
+
+def prompt_classes(n: int, seed: int = 0) -> list[int]:
+    """``n`` structure classes in runs (deterministic), so class-aware methods have something to rank."""
+    from sglang_pask.structure.classes import StructClass
+
+    rng = np.random.default_rng(seed)
+    values = [int(c) for c in StructClass]
+    out: list[int] = []
+    while len(out) < n:
+        out += [int(rng.choice(values))] * int(rng.integers(1, 6))
+    return out[:n]
+
+
+class Rig:
+    """PASK pools of ``full_size`` full ids and ``unit_size`` slots per unit, a request table, and
+    (``radix=True``) the PASK radix cache over them (Python tree core)."""
+
+    def __init__(self, config, full_size: int = 256, unit_size: Optional[int] = None, rows: int = 8,
+                 context: int = 256, radix: bool = False):
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+        from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
+
+        self.config = config
+        self.pool = PaskKVPool(units=config.units, full_size=full_size, unit_size=unit_size or full_size,
+                               dtype=torch.float32, head_num=1, head_dim=4, v_head_dim=None, device="cpu",
+                               num_layers=config.num_layers)
+        self.alloc = PaskAllocator(full_size, self.pool, device="cpu", dtype=torch.float32)
+        self.req_to_token_pool = ReqToTokenPool(size=rows, max_context_len=context, device="cpu",
+                                                enable_memory_saver=False)
+        self.tree = self._tree() if radix else None
+
+    def _tree(self):
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        from sglang_pask.srt.radix_cache import PaskRadixCache
+        from sglang_pask.srt.radix_tags import PaskFullComponent
+
+        params = CacheInitParams(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.alloc,
+                                 page_size=1, disable=False, tree_components=(ComponentType.FULL,),
+                                 component_registry_override={ComponentType.FULL: PaskFullComponent},
+                                 tree_core_backend="python")
+        return PaskRadixCache(params=params)
+
+    @property
+    def req_to_token(self) -> torch.Tensor:
+        return self.req_to_token_pool.req_to_token
+
+    # -- requests ----------------------------------------------------------------------------------
+    def request(self, ids: Sequence[int], classes: Optional[Sequence[int]] = None, segment_end: int = 0,
+                rid: str = "r", max_new_tokens: int = 64):
+        """A real SGLang ``Req`` with the plugin's tags action (classes of its prompt, its segment end)."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        from sglang_pask.srt.request_tags import attach
+
+        carrier = SimpleNamespace(rid=rid, kv_hints=None)
+        classes = prompt_classes(len(ids)) if classes is None else classes
+        attach(carrier, list(classes), "qwen3_tools", segment_end)
+        req = Req(rid=rid, origin_input_text="", origin_input_ids=array("q", ids),
+                  sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
+                  kv_hints=carrier.kv_hints)
+        req.output_ids = array("q")
+        req.lock = None
+        return req
+
+    def prefill(self, req, upto: Optional[int] = None) -> torch.Tensor:
+        """Write the prompt's KV up to ``upto`` (default: all of it) as SGLang's prefill does:
+        a row, the tree's matched prefix (with a radix cache), new full ids for the rest."""
+        n = len(req.origin_input_ids) if upto is None else upto
+        if req.kv.req_pool_idx is None:
+            assert self.req_to_token_pool.alloc([req]) is not None
+            req.kv.cache_protected_len = 0
+            req.prefix_len = 0
+            req.refresh_fill_ids()
+            if self.tree is not None:
+                self._match(req)
+        start = int(req.kv.kv_committed_len)
+        ids = self.alloc.alloc(n - start)
+        assert ids is not None, "the tiny pools are full"
+        self.req_to_token_pool.write((req.kv.req_pool_idx, slice(start, n)), ids)
+        req.kv.kv_committed_len = req.kv.kv_allocated_len = n
+        req.extend_end = n
+        if self.tree is not None and not req.finished():
+            from sglang.srt.mem_cache.common import checkpoint_kv_cache
+
+            checkpoint_kv_cache(req, self.tree)  # SGLang's publish (PaskRadixCache.checkpoint)
+        return ids
+
+    def _match(self, req) -> None:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        m = self.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", req.origin_input_ids), req.extra_key)))
+        n = int(m.device_prefix_len)
+        req.last_node = m.last_device_node
+        req.lock = self.tree.lock(m.last_device_node)
+        if n:
+            self.req_to_token_pool.write((req.kv.req_pool_idx, slice(0, n)), m.device_indices[:n])
+        req.kv.cache_protected_len = n
+        req.kv.kv_committed_len = req.kv.kv_allocated_len = n
+        req.prefix_len = n
+
+    def decode(self, req, token: int = 7) -> None:
+        """One decode step: the last sampled token's KV gets a full id (and a slot per unit)."""
+        ids = self.alloc.alloc(1)
+        assert ids is not None, "the tiny pools are full"
+        n = int(req.kv.kv_committed_len)
+        self.req_to_token_pool.write((req.kv.req_pool_idx, slice(n, n + 1)), ids)
+        req.output_ids.append(token)
+        req.kv.kv_committed_len = req.kv.kv_allocated_len = n + 1
+        req.decode_batch_idx += 1
+
+    def release(self, req) -> None:
+        """The request finishes: SGLang's release (with a radix cache: checkpoint, free the rest,
+        unlock), or, without one, its row's full ids back to the allocator."""
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+        req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
+        if self.tree is not None:
+            from sglang.srt.mem_cache.common import release_kv_cache
+
+            release_kv_cache(req, self.tree, checkpoint=True)
+            return
+        n = int(req.kv.kv_committed_len)
+        self.alloc.free(self.req_to_token[req.kv.req_pool_idx, :n])
+        self.req_to_token_pool.free(req)
+        req.kv.mark_kv_released()
+
+    # -- reading the pools -------------------------------------------------------------------------
+    def row(self, req) -> torch.Tensor:
+        return self.req_to_token[req.kv.req_pool_idx, :int(req.kv.kv_committed_len)]
+
+    def held(self, req) -> list[np.ndarray]:
+        """Per unit, the request's logical positions whose KV the unit holds."""
+        from sglang_pask.srt.persist import held_positions
+
+        return held_positions(self.alloc, self.row(req))
+
+    def free_lists_unique(self) -> bool:
+        """No slot or full id is on its allocator's free list twice (a double free shows here)."""
+        lists = [self.alloc.free_pages, *(a.free_pages for a in self.alloc.units)]
+        return all(torch.unique(f).numel() == f.numel() for f in lists)
+
+    def idle(self) -> bool:
+        """Every full id, every unit slot free, every mapping zero."""
+        return (self.alloc.full_available_size() == self.alloc.size
+                and self.alloc.unit_available_sizes() == [self.pool.unit_size] * len(self.pool.units)
+                and int(self.pool.mapping.count_nonzero()) == 0 and self.free_lists_unique())
