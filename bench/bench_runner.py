@@ -90,8 +90,8 @@ def main() -> None:
     runners = []
     for name, budget in configs:
         policy = prior_policy(binding, groups=groups, budget=budget) if name == "pask" else None
-        runners.append(Runner(model, tok, method=make_method(name, budget, policy=policy),
-                              compress_every=args.compress_every, constrain=False))
+        runners.append(Runner(model, tok, method=make_method(name, budget, policy=policy, interval=args.compress_every),
+                              constrain=False))
     runners[0].generate(req, 2)  # warm-up
     best: dict[int, dict] = {}
     for _ in range(args.rounds):

@@ -39,6 +39,7 @@ from sglang_pask.eval.data import load_spec
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.eval.parity import compare, runner_trace, server_traces, summarize
+from sglang_pask.policy.operating_point import SegmentRule
 from sglang_pask.testing import running_server
 from tqdm import tqdm
 
@@ -77,7 +78,7 @@ def run_budget(a, budget, entries, method=None):
     runner = Runner(a.model, method=method, budget=budget, policy=a.policy if method == "pask" else None,
                     grammar="sglang",
                     method_options={"schedule": a.schedule, "interval": a.interval},
-                    segment="system" if a.radix == "on" else "none")
+                    segment_rule=SegmentRule("system" if a.radix == "on" else "none"))
     units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
     rows = []
     for e, body in tqdm(list(zip(entries, bodies)), desc=f"runner {method}@{budget:g}", unit="req", file=sys.stderr):

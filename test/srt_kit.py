@@ -23,9 +23,12 @@ NUM_LAYERS = 4
 def serving_config(method: Optional[str] = None, budget: Optional[float] = 0.33, *, segment: str = "none",
                    radix: bool = False, **kw):
     """A serving configuration for the tiny policy (the only place tests call ``build_config``)."""
-    from sglang_pask.srt.serving import build_config
+    from sglang_pask.srt.serving import ServingFlags, build_config
 
-    return build_config(str(POLICY), method=method, budget=budget, segment=segment, radix=radix, **kw)
+    kept_log = kw.pop("kept_log", None)
+    overrides = {"segment": segment, **{k: v for k, v in kw.items() if v is not None}}
+    return build_config(str(POLICY), ServingFlags(method=method, budget=budget, overrides=overrides, radix=radix,
+                                                  kept_log=kept_log))
 
 
 def reset_counters() -> None:
@@ -68,6 +71,7 @@ class Rig:
         self.req_to_token_pool = ReqToTokenPool(size=rows, max_context_len=context, device="cpu",
                                                 enable_memory_saver=False)
         self.tree = self._tree() if radix else None
+        self.matched: dict[str, int] = {}  # rid -> prefix tokens its admission matched in the tree
 
     def _tree(self):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -128,19 +132,26 @@ class Rig:
             checkpoint_kv_cache(req, self.tree)  # SGLang's publish (PaskRadixCache.checkpoint)
         return ids
 
-    def _match(self, req) -> None:
+    def match_len(self, ids: Sequence[int], extra_key: Optional[str]) -> int:
+        """Tokens of ``ids`` the tree would give a request in namespace ``extra_key`` now."""
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        m = self.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", req.origin_input_ids), req.extra_key)))
-        n = int(m.device_prefix_len)
-        req.last_node = m.last_device_node
-        req.lock = self.tree.lock(m.last_device_node)
+        return int(self.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", ids), extra_key))).device_prefix_len)
+
+    def _match(self, req) -> None:
+        """SGLang's admission match (``match_kv_cache``): the prefix the tree holds for the
+        request, locked and written to its row."""
+        from sglang.srt.mem_cache.common import match_kv_cache
+
+        match_kv_cache(req, self.tree)
+        n = self.matched[req.rid] = int(req.prefix_len)
+        req.lock = self.tree.lock(req.last_node)
         if n:
-            self.req_to_token_pool.write((req.kv.req_pool_idx, slice(0, n)), m.device_indices[:n])
+            ids = self.tree.path_device_indices(req.last_node)
+            self.req_to_token_pool.write((req.kv.req_pool_idx, slice(0, n)), ids[:n])
         req.kv.cache_protected_len = n
         req.kv.kv_committed_len = req.kv.kv_allocated_len = n
-        req.prefix_len = n
 
     def decode(self, req, token: int = 7) -> None:
         """One decode step: the last sampled token's KV gets a full id (and a slot per unit)."""
@@ -158,12 +169,19 @@ class Rig:
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
 
         req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
-        if self.tree is not None:
-            from sglang.srt.mem_cache.common import release_kv_cache
-
-            release_kv_cache(req, self.tree, checkpoint=True)
-            return
         n = int(req.kv.kv_committed_len)
+        if self.tree is not None:
+            # SGLang's release_kv_cache for a request with no over-allocation (what SGLang's own
+            # test kit, sglang.test.mem_cache_utils.finish_req, does; the real function reads
+            # scheduler globals this process does not publish)
+            req.refresh_fill_ids()
+            self.tree.checkpoint(req, up_to=n)
+            self.tree.free_kv_row(req.kv, [(req.kv.cache_protected_len, n)])
+            self.tree.unlock(req.lock)
+            req.lock = None
+            self.req_to_token_pool.free(req)
+            req.kv.mark_kv_released()
+            return
         self.alloc.free(self.req_to_token[req.kv.req_pool_idx, :n])
         self.req_to_token_pool.free(req)
         req.kv.mark_kv_released()

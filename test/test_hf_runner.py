@@ -27,6 +27,7 @@ from sglang_pask.hf.testing import (
     runner_logit_rows,
     tiny_qwen3,
 )
+from sglang_pask.policy.operating_point import SegmentRule
 from transformers import AutoTokenizer
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -91,10 +92,9 @@ def _method(name, budget, policy, **options):
     return build_method(name, budget, policy=policy if name == "pask" else None, **options)
 
 
-def _runner(model, tok, name, budget, policy, options=None, **kw):
-    method = _method(name, budget, policy, **(options or {}))
-    return Runner(model, tok, method=method, policy=policy if name == "pask" else None,
-                  compress_every=kw.pop("compress_every", EVERY), **kw)
+def _runner(model, tok, name, budget, policy, options=None, segment_rule=None):
+    method = _method(name, budget, policy, **{"interval": EVERY, **(options or {})})
+    return Runner(model, tok, method=method, policy=policy if name == "pask" else None, segment_rule=segment_rule)
 
 
 # ---- full == plain transformers -------------------------------------------------------------
@@ -124,7 +124,7 @@ def test_full_matches_plain_transformers_generate(model, tok, policy, name):
 @pytest.mark.parametrize("name, options, schedule", VARIANTS, ids=VARIANT_IDS)
 def test_method_invariants_and_masked_reference(model, tok, policy, name, options, schedule):
     r = _runner(model, tok, name, BUDGET, policy, dict(options, schedule=schedule))
-    assert r.method.schedule == schedule and r.method.interval == EVERY  # compress_every = interval
+    assert r.method.schedule == schedule and r.method.interval == EVERY
     res = r.generate(TOOLS_REQ, max_new_tokens=NEW, record_logits=True, keep_cache=True)
     P, L = len(res.prompt_ids), r.num_layers
     assert res.compressions, "over budget after prefill: a compression must have run"
@@ -226,8 +226,8 @@ def test_segment_prefill_full_sees_the_whole_segment(model, tok, policy, full_ru
     """``segment_prefill="full"``: the own tokens are prefilled against the whole segment, so the
     first step's logits are Full KV's; the segment keeps the same positions as under
     ``compressed``, whose first step differs (it attended to the kept positions only)."""
-    runs = {pre: _runner(model, tok, name, BUDGET, policy, segment="system", own_budget=1.0,
-                         segment_prefill=pre).generate(TOOLS_REQ, 4, record_logits=True)
+    runs = {pre: _runner(model, tok, name, BUDGET, policy, segment_rule=SegmentRule(
+                "system", own_budget=1.0, segment_prefill=pre)).generate(TOOLS_REQ, 4, record_logits=True)
             for pre in ("compressed", "full")}
     seg = runs["full"].segment_end
     assert seg > 0
@@ -239,11 +239,14 @@ def test_segment_prefill_full_sees_the_whole_segment(model, tok, policy, full_ru
     assert (first["compressed"] - full_run.logits[0]).abs().max().item() > 1e-3
 
 
-@pytest.mark.parametrize("kw, match", [({"segment_prefill": "whole"}, "segment_prefill must be one of"),
-                                       ({"segment_prefill": "full", "segment": "none"}, "needs segment system")])
-def test_segment_prefill_bad_values_name_the_option(model, tok, policy, kw, match):
-    with pytest.raises(ValueError, match=match):
-        _runner(model, tok, "pask", BUDGET, policy, **{"segment": "system", **kw})
+def test_segment_rule_is_one_checked_value(model, tok, policy):
+    """The runner takes the rule as one SegmentRule (its own validator: test_operating_point.py)
+    and refuses what the rule cannot apply to."""
+    with pytest.raises(TypeError, match="segment_rule must be a SegmentRule"):
+        Runner(model, tok, method="full", segment_rule={"segment": "system"})
+    with pytest.raises(ValueError, match="per_head selection does not support segment compression"):
+        Runner(model, tok, method=build_method("snapkv", BUDGET, per_head=True), segment_rule=SegmentRule("system"))
+    assert Runner(model, tok, method="full").segment_rule == SegmentRule()  # no policy: none
 
 
 # ---- determinism ----------------------------------------------------------------------------
@@ -271,7 +274,7 @@ tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pret
 out = {}
 for name in names:
     pol = load_policy(policy, model_dir=path) if name == "pask" else None
-    r = Runner(model, tok, method=build_method(name, budget, policy=pol), compress_every=4)
+    r = Runner(model, tok, method=build_method(name, budget, policy=pol, interval=4))
     res = r.generate(req, 12)
     out[name] = [[c.seq_len, [k.tolist() for k in c.kept]] for c in res.compressions] + [res.kept]
 print(json.dumps(out))
@@ -295,8 +298,8 @@ def test_deterministic_across_processes(tmp_path):
     disk_tok = AutoTokenizer.from_pretrained(str(TINY))
     here = {}
     for name in CROSS:
-        r = Runner(disk_model, disk_tok, compress_every=4,
-                   method=build_method(name, BUDGET, policy=pol if name == "pask" else None))
+        r = Runner(disk_model, disk_tok,
+                   method=build_method(name, BUDGET, policy=pol if name == "pask" else None, interval=4))
         here[name] = _kept_log(r.generate(TOOLS_REQ, 12))
         assert here[name][0][0] > 0  # compressed at prefill end
     out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(CROSS), str(BUDGET), str(TINY),

@@ -110,11 +110,3 @@ def test_own_slots_with_own_budget(own_budget, want):
 
     for seg_slots in (0, 150, 428):
         assert own_slots(make_method("streaming", 0.33), 4, 127, 107, seg_slots, own_budget) == want
-
-
-@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
-def test_own_budget_out_of_range_names_the_flag(bad):
-    from sglang_pask.methods.segment import check_own_budget
-
-    with pytest.raises(ValueError, match=r"--pask-own-budget must be in \(0, 1\]"):
-        check_own_budget(bad, "--pask-own-budget")

@@ -16,7 +16,8 @@ from conftest import DEFAULT_POLICY, TINY_RANDOM, run_python
     [
         (None, "does not exist"),
         ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
-        (json.dumps({"format": "pask-policy/99"}), "has unknown format 'pask-policy/99' (supported: pask-policy/1)"),
+        (json.dumps({"format": "pask-policy/99"}),
+         "has unknown format 'pask-policy/99' (supported: pask-policy/2, pask-policy/1)"),
         (json.dumps({"name": "x"}), "has no \"format\" field"),
         (json.dumps([1, 2]), "must hold a JSON object, got list"),
     ],

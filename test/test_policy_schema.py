@@ -65,7 +65,7 @@ CASES = {
     "groups": (_set(["groups"], [[0, 2], [1, 3]]), "groups = [[0, 2], [1, 3]] must split layers 0..3"),
     "groups-short": (_set(["groups"], [[0, 1], [2]]), "must split layers 0..3 into consecutive"),
     "priority": (_set(["priority", 1], ["TOOL_NAME"]), "priority[1] must order exactly the policy's classes"),
-    "format": (_set(["format"], "pask-policy/2"), "has unknown format 'pask-policy/2'"),
+    "format": (_set(["format"], "pask-policy/3"), "has unknown format 'pask-policy/3'"),
     "calibration-groups": (_set(["calibration"], {
         "data": "synthetic", "split": "calib", "samples": 10, "sensitivity": [{}],
         "distortion": [{}, {}], "tool_version": "0", "date": "2026-11-29"}),

@@ -40,6 +40,7 @@ from conftest import ROOT
 openai = pytest.importorskip("openai")
 requests = pytest.importorskip("requests")
 
+from sglang_pask.policy.operating_point import SegmentRule  # noqa: E402
 from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
@@ -137,7 +138,9 @@ def servers(tmp_path_factory):
     prefill; ``full``: the same binary with ``--pask-method full``.
     Started together, stopped by PID, also on failure."""
     logs = tmp_path_factory.mktemp("radix-logs")
-    common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--max-total-tokens", "16384"]
+    # continuous: the bounds below count every output token at the budget (the policy says prefill)
+    common = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--pask-schedule", "continuous",
+              "--max-total-tokens", "16384"]
     specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
                       "--pask-tag-log", str(logs / "tags")],
              "pask_own": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", str(OWN_BUDGET),
@@ -251,7 +254,7 @@ def test_hit_reads_what_a_miss_computed(servers):
     assert miss and miss == hit
     served = server_traces(kept_dir, tag_dir)  # the last of a prompt: A's hit, B's hit
     runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
-                    segment="system")
+                    method_options={"schedule": "continuous"}, segment_rule=SegmentRule("system"))
     units = runner.groups
     for body in bodies[:2]:
         body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
@@ -280,7 +283,8 @@ def test_own_budget_matches_the_runner(servers):
     time.sleep(1.0)  # the output record is written at release
     served = server_traces(str(servers["logs"] / "kept-own"), str(servers["logs"] / "tags-own"))
     runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
-                    segment="system", own_budget=OWN_BUDGET, segment_prefill="full")
+                    method_options={"schedule": "continuous"},
+                    segment_rule=SegmentRule("system", own_budget=OWN_BUDGET, segment_prefill="full"))
     compared = 0
     for body in bodies:
         body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
@@ -350,7 +354,11 @@ def test_validator_refuses_other_stamps(monkeypatch):
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang_pask.srt import radix_tags, serving
 
-    config = serving.build_config(str(POLICY), budget=BUDGET, radix=True, segment="system")
+    def build(method=None, budget=BUDGET, **rule):
+        return serving.build_config(str(POLICY), serving.ServingFlags(
+            method=method, budget=budget, overrides={"segment": "system", **rule}, radix=True))
+
+    config = build()
     monkeypatch.setattr(serving, "active_config", lambda: config)
     comp = radix_tags.PaskFullComponent.__new__(radix_tags.PaskFullComponent)
     comp.component_type = ComponentType.FULL
@@ -362,9 +370,7 @@ def test_validator_refuses_other_stamps(monkeypatch):
         data = [SimpleNamespace(metadata={} if stamp is None else {radix_tags.SEGMENT_KEY: stamp})] * 5
         return SimpleNamespace(component_data=data)
 
-    others = [serving.build_config(str(POLICY), budget=0.5, radix=True, segment="system"),
-              serving.build_config(str(POLICY), budget=BUDGET, radix=True, segment="system", segment_budget=0.2),
-              serving.build_config(str(POLICY), method="streaming", budget=BUDGET, radix=True, segment="system")]
+    others = [build(budget=0.5), build(segment_budget=0.2), build(method="streaming")]
     assert len({config.stamp, *(o.stamp for o in others)}) == 4
     assert valid(node(config.stamp))
     assert not valid(node(None)) and not any(valid(node(o.stamp)) for o in others)

@@ -26,14 +26,12 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="generation limit (default 128)")
     p.add_argument("--tool-choice", default="required", choices=("auto", "required"))
     p.add_argument("--main-budget", type=float, default=0.33, help="budget whose policy --out holds")
-    from sglang_pask.methods.segment import SEGMENTS  # light: numpy only
+    p.add_argument("--interval", type=int, default=1,
+                   help="decode steps between budget checks under --schedule continuous (default 1)")
+    from sglang_pask.policy.operating_point import SegmentRule  # light: the standard library
 
-    p.add_argument("--segment", default="none", choices=SEGMENTS,
-                   help="score the search under the shared-segment rule (system: the tools block compressed "
-                        "alone, as a server with the radix cache on; default none: the whole prompt)")
-    p.add_argument("--own-budget", type=float, default=None,
-                   help="with --segment system: the budget of each request's own tokens (default: the "
-                        "budget counting the segment's slots; 1: never dropped)")
+    # the rule the search scores under, recorded in every policy written (default: none)
+    SegmentRule.add_flags(p, help_prefix="score the search under this segment rule, and record it: ")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -42,12 +40,17 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from sglang_pask.calibrate.pipeline import Config, budget_path, calibrate
+    from sglang_pask.policy.operating_point import OperatingPointError, SegmentRule
 
     try:
+        try:
+            rule = SegmentRule(**SegmentRule.overrides(args))
+        except OperatingPointError as e:
+            raise ValueError(e.named(SegmentRule.flag_names())) from None
         cfg = Config(model=args.model, data=args.data, groups=args.groups, budgets=args.budgets, out=args.out,
-                     schedule=args.schedule, seed=args.seed, fit_n=args.fit_n, probe_n=args.probe_n,
-                     max_tokens=args.max_tokens, tool_choice=args.tool_choice, main_budget=args.main_budget,
-                     segment=args.segment, own_budget=args.own_budget)
+                     schedule=args.schedule, interval=args.interval, seed=args.seed, fit_n=args.fit_n,
+                     probe_n=args.probe_n, max_tokens=args.max_tokens, tool_choice=args.tool_choice,
+                     main_budget=args.main_budget, segment_rule=rule)
     except ValueError as e:
         print(f"pask calibrate: {e}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ from typing import Sequence
 
 from sglang_pask.calibrate.distortion import budget_key
 from sglang_pask.policy.binding import ModelBinding
+from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
@@ -98,8 +99,9 @@ def residual_shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list
 def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score: list[dict[str, float]],
                    distortion: list[dict[str, float]], budget: float, member: Member, prompt_len: float,
                    calibration: dict | None = None, name: str | None = None,
-                   tokens: dict[str, float] | None = None) -> Policy:
-    """The policy of ``member`` at ``budget`` (``score``: :func:`sensitivity_score`;
+                   tokens: dict[str, float] | None = None, point: OperatingPoint | None = None) -> Policy:
+    """The policy of ``member`` at ``budget``, recording ``point``, the operating point it was
+    calibrated under (default: prefill schedule, no segment) (``score``: :func:`sensitivity_score`;
     ``distortion``: D[g] keyed by :func:`~.distortion.budget_key`; ``tokens``: the classes' mean
     token counts, for ``member.rank == "density"``)."""
     names = [c.name for c in PRECEDENCE]
@@ -121,5 +123,6 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
+        "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })

@@ -18,9 +18,8 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.document import save_policy
+from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 from sglang_pask.policy.prior import even_groups
 from sglang_pask.rendering import render_chat
 
@@ -48,6 +48,7 @@ class Config:
     budgets: tuple
     out: str
     schedule: str = "prefill"
+    interval: int = 1
     seed: int = 0
     fit_n: int = 60
     probe_n: int = 40
@@ -56,16 +57,30 @@ class Config:
     main_budget: float = 0.33
     #: the runner's shared-segment rule the search and check score under (``none``: the whole
     #: prompt per request; ``system``: the tools block compressed alone, as a server with the
-    #: radix cache on, and each request's own tokens at ``own_budget``)
-    segment: str = "none"
-    own_budget: Optional[float] = None
+    #: radix cache on, and each request's own tokens at its own budget)
+    segment_rule: SegmentRule = field(default_factory=SegmentRule)
+
+    @property
+    def point(self) -> OperatingPoint:
+        """The operating point every scoring run uses, recorded in the policies written."""
+        return OperatingPoint(self.schedule, self.interval, self.segment_rule)
+
+    def record_key(self) -> dict:
+        """What a resumed run must match (the segment rule flat, as earlier records hold it:
+        fields at their defaults are left out, so older records still match)."""
+        key = {k: v for k, v in asdict(self).items() if k not in ("out", "segment_rule", "interval")}
+        rule = self.segment_rule.record()
+        key["segment"], key["own_budget"] = rule["segment"], rule["own_budget"]
+        if self.interval != 1:
+            key["interval"] = self.interval
+        for k in ("segment_budget", "segment_prefill"):
+            if rule[k] != SegmentRule().record()[k]:
+                key[k] = rule[k]
+        key["budgets"] = list(self.budgets)
+        return key
 
     def __post_init__(self):
-        from sglang_pask.methods.segment import SEGMENTS, check_own_budget
-
-        if self.segment not in SEGMENTS:
-            raise ValueError(f"--segment must be one of {', '.join(SEGMENTS)}, got {self.segment!r}")
-        check_own_budget(self.own_budget, "--own-budget", self.segment, "--segment")
+        OperatingPoint(self.schedule, self.interval, self.segment_rule)  # validates schedule and interval
         spec = parse_spec(self.data)
         if spec.get("split") != "calib":
             raise ValueError(f"--data must be a calibration split (synthetic:calib:N[:PROFILE]), got {self.data!r}")
@@ -120,8 +135,7 @@ def calibrate(cfg: Config) -> dict:
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     version, date = code_version()
-    key = {k: v for k, v in asdict(cfg).items() if k != "out"}
-    key["budgets"] = list(cfg.budgets)
+    key = cfg.record_key()
     key["code"] = version
     meas_path = out.with_name(f"{out.stem}.calibration.json")
     doc = _cached(meas_path, key)
@@ -156,18 +170,17 @@ def calibrate(cfg: Config) -> dict:
     searches = doc.setdefault("search", {})
     checks = doc.setdefault("check", {})
     chosen = {}
-    engine = {} if cfg.segment == "none" else {"segment": cfg.segment, "own_budget": cfg.own_budget}
     for b in cfg.budgets:
         k = f"{b:g}"
         def member_policy(m: Member, b=b, k=k):
             return compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len, record, f"{name}@{k}",
-                                  tokens=doc["sensitivity"].get("tokens"))
+                                  tokens=doc["sensitivity"].get("tokens"), point=cfg.point)
 
         if k not in searches:
             t = time.perf_counter()
             with _bar(1 + max_members(), f"search b={k}") as bar:
-                searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.schedule,
-                                            tick=bar.update, engine=engine)
+                searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
+                                            tick=bar.update)
             timings[f"search {k}"] = round(time.perf_counter() - t, 1)
             save()
         policy = member_policy(Member(**searches[k]["best_member"]))
@@ -175,7 +188,7 @@ def calibrate(cfg: Config) -> dict:
         chosen[b] = policy
         if check and k not in checks:
             t = time.perf_counter()
-            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.schedule, engine)
+            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.point)
             timings[f"check {k}"] = round(time.perf_counter() - t, 1)
             save()
     save_policy(chosen[cfg.main_budget], out)

@@ -21,6 +21,10 @@ from sglang_pask.eval.data import Entry
 from sglang_pask.eval.harness import Settings
 from sglang_pask.eval.stats import paired_bootstrap
 from sglang_pask.eval.summary import aggregate
+from sglang_pask.policy.operating_point import OperatingPoint
+
+#: the operating point the search scores under unless told otherwise
+PREFILL = OperatingPoint(schedule="prefill")
 
 __all__ = ["accuracy", "coordinate_search", "search_budget", "check_policy", "BASELINE", "max_members"]
 
@@ -38,13 +42,14 @@ def accuracy(records: Sequence[dict]) -> float:
     return float(aggregate(cats)["mean"]) if cats else 0.0
 
 
-def _baseline(runner, entries, budget, settings, schedule, engine) -> list[dict]:
-    return score(runner, BASELINE[0], entries, budget=budget, schedule=schedule, settings=settings, **engine)
+def _baseline(runner, entries, budget, settings, point: OperatingPoint) -> list[dict]:
+    return score(runner, BASELINE[0], entries, budget=budget, schedule=point.schedule, interval=point.interval,
+                 settings=settings, segment_rule=point.segment)
 
 
-def _pask(runner, policy, entries, budget, settings, schedule, engine) -> list[dict]:
-    return score(runner, "pask", entries, budget=budget, policy=policy, schedule=schedule, settings=settings,
-                 **engine)
+def _pask(runner, policy, entries, budget, settings, point: OperatingPoint) -> list[dict]:
+    return score(runner, "pask", entries, budget=budget, policy=policy, schedule=point.schedule,
+                 interval=point.interval, settings=settings, segment_rule=point.segment)
 
 
 def max_members(axes: dict = AXES, passes: int = 2) -> int:
@@ -82,22 +87,21 @@ def coordinate_search(objective: Callable[[Member], float], start: Member, axes:
 
 
 def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,
-                  settings: Settings, seed: int, schedule: str = "prefill",
+                  settings: Settings, seed: int, point: OperatingPoint = PREFILL,
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
-                  passes: int = 2, engine: Optional[dict] = None) -> dict:
-    """``compile_member``: Member -> policy. ``engine``: the runner's segment rule for every scoring
-    run, PASK's and the baseline's (:func:`~sglang_pask.eval.api.score`'s ``segment``,
-    ``segment_budget``, ``own_budget``; default the whole prompt). Returns ``{"budget", "baseline", "rows": [{"label",
+                  passes: int = 2) -> dict:
+    """``compile_member``: Member -> policy. ``point``: the operating point (schedule, interval,
+    segment rule) of every scoring run, PASK's and the baseline's; the compiled policies record it.
+    Returns ``{"budget", "baseline", "rows": [{"label",
     "accuracy", "diff", "ci"}] in scoring order, "best": index, "best_member": the chosen Member's
     fields, "n", "passes"}`` (accuracies as fractions)."""
-    engine = dict(engine or {})
-    base = _baseline(runner, entries, budget, settings, schedule, engine)
+    base = _baseline(runner, entries, budget, settings, point)
     if tick:
         tick()
     rows: list[dict] = []
 
     def objective(m: Member) -> float:
-        recs = _pask(runner, compile_member(m), entries, budget, settings, schedule, engine)
+        recs = _pask(runner, compile_member(m), entries, budget, settings, point)
         pb = paired_bootstrap(recs, base, seed=seed)
         rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
         if tick:
@@ -110,12 +114,11 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
 
 
 def check_policy(runner, policy, entries: Sequence[Entry], budget: float, settings: Settings,
-                 seed: int, schedule: str = "prefill", engine: Optional[dict] = None) -> dict:
-    """The chosen policy vs the baseline on held-out calibration entries (``engine`` as
+                 seed: int, point: OperatingPoint = PREFILL) -> dict:
+    """The chosen policy vs the baseline on held-out calibration entries (``point`` as
     :func:`search_budget`): ``{"budget", "n", "pask", "baseline", "diff", "ci"}``."""
-    engine = dict(engine or {})
-    recs = _pask(runner, policy, entries, budget, settings, schedule, engine)
-    base = _baseline(runner, entries, budget, settings, schedule, engine)
+    recs = _pask(runner, policy, entries, budget, settings, point)
+    base = _baseline(runner, entries, budget, settings, point)
     pb = paired_bootstrap(recs, base, seed=seed)
     return {"budget": budget, "n": len(entries), "pask": accuracy(recs), "baseline": accuracy(base),
             "diff": pb["diff"], "ci": pb["ci"]}

@@ -36,12 +36,13 @@ def load_runner(model, **kwargs):
 
 
 def generate(model, request: dict, method="full", *, budget: float | None = None, policy=None,
-             schedule: str | None = None, max_new_tokens: int = 128, **method_options):
+             schedule: str | None = None, segment_rule=None, max_new_tokens: int = 128, **method_options):
     """One OpenAI chat request body (``messages``, ``tools``, ``tool_choice``, ...) through the
-    reference runner under ``method`` (as :func:`score`); returns its
+    reference runner under ``method`` (as :func:`score`, segment rule included); returns its
     :class:`~sglang_pask.hf.result.Result`: ``text``, ``tool_calls``, ``kept`` (per layer group,
     the positions held at the end), ``kv_bytes``, ``compressions``. Greedy."""
-    runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule, **method_options)
+    runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
+                         segment_rule=segment_rule, **method_options)
     return runner.generate(request, max_new_tokens=max_new_tokens)
 
 
@@ -60,20 +61,20 @@ def _entries(entries: Union[str, Entry, Iterable[Entry]]) -> list[Entry]:
 
 def score(model, method, entries: Union[str, Iterable[Entry]], *, budget: float | None = None,
           policy=None, schedule: str | None = None, settings: Union[Settings, dict, None] = None,
-          progress: bool = False, segment: str = "none", segment_budget: float | None = None,
-          own_budget: float | None = None, segment_prefill: str = "compressed", **method_options) -> list[dict]:
+          progress: bool = False, segment_rule=None, **method_options) -> list[dict]:
     """Score ``entries`` (Entry objects or a ``--data`` spec such as ``"synthetic:calib:20:tiny"``)
     with the reference runner under ``method`` (a registry name or a KVMethod; ``budget``,
     ``policy``, ``schedule`` and ``method_options`` as :func:`~sglang_pask.eval.hf_backend.bind_runner`).
     ``model``: a model directory or a Runner (:func:`load_runner`) reused across calls.
-    ``segment``/``segment_budget``/``own_budget``/``segment_prefill``: the runner's shared-segment rule
-    (:mod:`sglang_pask.methods.segment`; ``pask eval --segment ...``). Returns
+    ``segment_rule``: the runner's shared-segment rule
+    (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's operating point,
+    else none; ``pask eval --segment ...``). Schedule and interval default to the policy's
+    operating point for ``pask``. Returns
     one results.jsonl record per entry, in order: ``{"id", "category", "raw", "decoded", "valid",
     "error_type", "error", "meta"}``."""
     items = _entries(entries)
     backend = HFBackend(model, method, budget, policy, schedule=schedule, method_options=method_options,
-                        segment=segment, segment_budget=segment_budget, own_budget=own_budget,
-                        segment_prefill=segment_prefill)
+                        segment_rule=segment_rule)
     cfg = as_settings(settings)
     bar = None
     if progress:
@@ -113,18 +114,20 @@ class GoldNLL:
 
 def gold_nll(model, method, entry: Entry, *, budget: float | None = None, policy=None,
              schedule: str | None = None, settings: Union[Settings, dict, None] = None,
-             **method_options) -> GoldNLL:
+             segment_rule=None, **method_options) -> GoldNLL:
     """NLL of ``entry``'s gold call(s) under ``method`` by teacher forcing (:mod:`sglang_pask.hf.teacher`).
 
     The prompt is the one generation sees (the request of ``settings``: tool_choice,
     enable_thinking), compressed per the method's schedule; the answer is
     :func:`~sglang_pask.eval.gold.forced_answer_text` (SGLang's forced spelling, then the end of
     turn), fed token by token with the same compression points as generation. Raw model logits
-    (no grammar mask). ``model``: a model directory or a Runner (:func:`load_runner`)."""
+    (no grammar mask), under the same segment rule (``segment_rule``, as :func:`score`).
+    ``model``: a model directory or a Runner (:func:`load_runner`)."""
     from sglang_pask.eval.gold import forced_answer_text
     from sglang_pask.hf.teacher import teacher_forced_nll
 
-    runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule, **method_options)
+    runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
+                         segment_rule=segment_rule, **method_options)
     request, _ = build_request(entry, as_settings(settings))
     answer = runner.tokenizer(forced_answer_text(entry), add_special_tokens=False)["input_ids"]
     tf = teacher_forced_nll(runner, runner_body(request), answer)

@@ -24,18 +24,13 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="policy file (hf); with openai a label")
     from sglang_pask.methods import SCHEDULES  # light: the registry (numpy only), no model code
 
-    p.add_argument("--schedule", choices=SCHEDULES, help="when the method compresses (hf; default: the method's, "
-                   "continuous); with openai a label")
-    from sglang_pask.methods.segment import PREFILLS, SEGMENTS
+    p.add_argument("--schedule", choices=SCHEDULES, help="when the method compresses (hf; default: the policy's "
+                   "operating point for pask, else continuous); with openai a label")
+    p.add_argument("--interval", type=int, help="hf: decode steps between budget checks under continuous "
+                   "(default: the policy's operating point for pask, else 1)")
+    from sglang_pask.policy.operating_point import SegmentRule  # light: the standard library
 
-    p.add_argument("--segment", choices=SEGMENTS, help="hf: the shared segment compressed on its own (system: "
-                   "the system/tools message, as a server with the radix cache does; default none); with "
-                   "openai what the server reports")
-    p.add_argument("--segment-budget", type=float, help="hf: the shared segment's budget (default: --budget)")
-    p.add_argument("--own-budget", type=float, help="hf: the budget of each request's own tokens after the "
-                   "segment (default: --budget counting the segment's slots; 1: never dropped)")
-    p.add_argument("--segment-prefill", choices=PREFILLS, help="hf: the request's own tokens are prefilled "
-                   "against the segment as kept (compressed, default) or whole (full: the segment is cut after)")
+    SegmentRule.add_flags(p, help_prefix="hf: ")
     p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option (repeatable), e.g. normalize=true, window=32; values parse as JSON scalars")
     p.add_argument("--limit", type=int, help="at most N entries per category (the first N)")
@@ -82,6 +77,13 @@ def _eval(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, BackendUnavailable, BackendError, RuntimeError) as e:
         print(f"pask eval: error: {e}", file=sys.stderr)
         return 2
+    resolved = getattr(backend, "resolved", None)  # hf: the operating point it runs
+    if resolved is not None:
+        from sglang_pask.eval.hf_backend import FLAG_NAMES
+
+        print(f"pask eval: operating point: {resolved.point.describe()}", file=sys.stderr)
+        if line := resolved.override_line(FLAG_NAMES):
+            print(f"pask eval: {line}", file=sys.stderr)
     config = run_config(args.data, method=args.method, budget=args.budget, schedule=args.schedule,
                         policy=args.policy, method_options=args.method_options, limit=args.limit,
                         workers=args.workers)

@@ -18,23 +18,26 @@ import time
 
 from sglang_pask.eval.base import Backend, EntryError, Generation, Request
 
-__all__ = ["HFBackend", "bind_runner", "runner_body"]
+__all__ = ["HFBackend", "bind_runner", "runner_body", "FLAG_NAMES"]
+
+#: operating-point field -> the ``pask eval`` flag that sets it (messages and override lines)
+FLAG_NAMES = {"schedule": "--schedule", "interval": "--interval", "segment": "--segment",
+              "segment_budget": "--segment-budget", "own_budget": "--own-budget",
+              "segment_prefill": "--segment-prefill"}
 
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
-                segment: str = "none", segment_budget: float | None = None, own_budget: float | None = None,
-                segment_prefill: str = "compressed", **method_options):
+                segment_rule=None, **method_options):
     """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
 
     ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
     reused (nothing is reloaded: binding another method costs well under a millisecond).
     ``method``: a registry name, built by ``make_method(name, budget, policy=..., schedule=...,
-    **method_options)``, or a KVMethod instance (``budget``/``schedule``/options then replace its
-    fields, which needs a dataclass method). ``policy``: a loaded policy or a policy file, checked
-    against the model's binding. ``segment``: the runner's shared segment (``none`` or ``system``), compressed at
-    ``segment_budget`` (default: the method's budget), the request's own tokens at ``own_budget`` (default: the
-    request's budget less the segment's slots), prefilled against the segment as kept or whole
-    (``segment_prefill``: ``compressed`` or ``full``)."""
+    **method_options)`` (``pask``: schedule and interval default to the policy's operating point),
+    or a KVMethod instance (``budget``/``schedule``/options then replace its fields, which needs a
+    dataclass method). ``policy``: a loaded policy or a policy file, checked against the model's
+    binding. ``segment_rule``: the runner's shared-segment rule
+    (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's, else none)."""
     from sglang_pask.hf import Runner
     from sglang_pask.methods import KVMethod, make_method
 
@@ -59,13 +62,11 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
         bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar,
-                       segment=segment, segment_budget=segment_budget, own_budget=own_budget,
-                       segment_prefill=segment_prefill)
+                       segment_rule=segment_rule)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
         return bound
-    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment=segment,
-                  segment_budget=segment_budget, own_budget=own_budget, segment_prefill=segment_prefill)
+    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment_rule=segment_rule)
 
 
 def _model_dir(model) -> str | None:
@@ -83,33 +84,57 @@ def runner_body(request: Request) -> dict:
 
 class HFBackend(Backend):
     """``model``: a model directory or a Runner to reuse (:func:`bind_runner`, which also takes
-    ``method``, ``budget``, ``policy``, ``schedule`` and ``method_options``)."""
+    ``method``, ``budget``, ``policy``, ``schedule``, ``method_options`` and ``segment_rule``).
+
+    The operating point (schedule, interval, segment rule) is resolved once
+    (:func:`~sglang_pask.policy.operating_point.resolve`): what is given here (``overrides``, or
+    else the explicit ``schedule`` / ``method_options["interval"]`` / ``segment_rule``) over the
+    policy's recorded operating point (method ``pask``), over the defaults; the run record says
+    where each field came from."""
 
     name = "hf"
     max_workers = 1
 
     def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
-                 schedule: str | None = None, method_options: dict | None = None, segment: str = "none",
-                 segment_budget: float | None = None, own_budget: float | None = None,
-                 segment_prefill: str = "compressed"):
-        self.runner = bind_runner(model, method, budget=budget, policy=policy, schedule=schedule,
-                                  segment=segment, segment_budget=segment_budget, own_budget=own_budget,
-                                  segment_prefill=segment_prefill, **(method_options or {}))
+                 schedule: str | None = None, method_options: dict | None = None, segment_rule=None,
+                 overrides: dict | None = None):
+        from sglang_pask.policy.operating_point import resolve
+
+        opts = dict(method_options or {})
+        if overrides is None:
+            overrides = {**({"schedule": schedule} if schedule is not None else {}),
+                         **({"interval": opts["interval"]} if "interval" in opts else {}),
+                         **(segment_rule.record() if segment_rule is not None else {})}
+        if isinstance(policy, (str, os.PathLike)):
+            from sglang_pask.policy import load_policy
+
+            self.policy_file = os.fspath(policy)
+            policy = load_policy(policy, model_dir=_model_dir(model))
+        else:
+            self.policy_file = None
+        if hasattr(method, "select"):  # an instance: its own schedule and interval are explicit
+            overrides = {"schedule": method.schedule, "interval": method.interval, **overrides}
+        is_pask = getattr(method, "name", method) == "pask"
+        self.resolved = resolve(policy.point if is_pask and policy is not None else None, overrides,
+                                FLAG_NAMES)
+        point = self.resolved.point
+        opts.update(schedule=point.schedule, interval=point.interval)  # the method runs at the resolved point
+        self.runner = bind_runner(model, method, budget=budget, policy=policy, segment_rule=point.segment,
+                                  **opts)
         self.model_dir = _model_dir(model)
-        self.policy_file = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "HFBackend":
+        from sglang_pask.policy.operating_point import SegmentRule
+
         model = getattr(args, "model", None)
         if not model or not os.path.isfile(os.path.join(model, "config.json")):
             raise ValueError(f"--backend hf needs --model DIR, a local HF model folder; got {model!r}")
+        overrides = {**{k: getattr(args, k) for k in ("schedule", "interval") if getattr(args, k, None) is not None},
+                     **SegmentRule.overrides(args)}
         return cls(args.model, getattr(args, "method", None) or "full", getattr(args, "budget", None),
-                   getattr(args, "policy", None), schedule=getattr(args, "schedule", None),
-                   method_options=getattr(args, "method_options", None),
-                   segment=getattr(args, "segment", None) or "none",
-                   segment_budget=getattr(args, "segment_budget", None),
-                   own_budget=getattr(args, "own_budget", None),
-                   segment_prefill=getattr(args, "segment_prefill", None) or "compressed")
+                   getattr(args, "policy", None), method_options=getattr(args, "method_options", None),
+                   overrides=overrides)
 
     def describe(self) -> dict:
         """The run-record fields of :mod:`sglang_pask.eval.records` this backend decides."""
@@ -117,13 +142,13 @@ class HFBackend(Backend):
 
         m = self.runner.method
         rec = method_record(m)
+        rule = self.runner.segment_rule
+        seg = {k: (v if rule.active else None) for k, v in rule.record().items() if k != "segment"}
         return {"backend": self.name, "model": model_record(self.model_dir) if self.model_dir else None,
                 "method": rec, "method_options": method_options(m), "budget": float(m.budget),
                 "schedule": rec.get("schedule", getattr(m, "schedule", "continuous")),
-                "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": self.runner.segment,
-                "segment_budget": self.runner.segment_budget if self.runner.segment != "none" else None,
-                "own_budget": self.runner.own_budget if self.runner.segment != "none" else None,
-                "segment_prefill": self.runner.segment_prefill if self.runner.segment != "none" else None}
+                "policy": rec.get("policy"), "policy_file": self.policy_file, "segment": rule.segment, **seg,
+                "operating_point": self.resolved.record()}
 
     def generate(self, request: Request) -> Generation:
         body = runner_body(request)

@@ -100,7 +100,7 @@ class OpenAIBackend(Backend):
             return out
         out.update(segment=pask.get("segment") or "none", radix_cache=bool(pask.get("radix_cache")),
                    segment_budget=pask.get("segment_budget"), own_budget=pask.get("own_budget"),
-                   segment_prefill=pask.get("segment_prefill"))
+                   segment_prefill=pask.get("segment_prefill"), operating_point=pask.get("operating_point"))
         served = {"method": rec["name"], "budget": float(rec["budget"]), "schedule": rec.get("schedule")}
         for k, label in self.labels.items():
             if label != served[k]:

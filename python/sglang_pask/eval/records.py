@@ -89,6 +89,10 @@ def record_options(cls: type, rec: dict) -> dict:
             default = f.default_factory()
         else:
             default = dataclasses.MISSING
+        if default is None:  # resolved at construction (pask: the policy's interval): the base's default
+            default = next((g.default for base in cls.__mro__[1:] if dataclasses.is_dataclass(base)
+                            for g in dataclasses.fields(base) if g.name == f.name and g.default is not None),
+                           None)
         if default is dataclasses.MISSING or _json(default) != rec[f.name]:
             out[f.name] = rec[f.name]
     return out

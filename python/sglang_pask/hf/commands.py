@@ -18,12 +18,17 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=None, help="policy file (methods that use one)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="default: the request's max_tokens / max_completion_tokens, else 128")
-    p.add_argument("--compress-every", type=int, default=None,
-                   help="decode steps between budget checks (default: the method's interval); "
-                        "compression also runs at prefill end, always only when over budget")
+    p.add_argument("--interval", "--compress-every", dest="interval", type=int, default=None,
+                   help="decode steps between budget checks under continuous (default: the policy's "
+                        "operating point for pask, else 1); compression also runs at prefill end, "
+                        "always only when over budget")
     p.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="continuous: compress whenever over budget (b of all tokens); prefill: once at "
-                        "prefill end, outputs kept (b of the prompt). Default: the method's (continuous)")
+                        "prefill end, outputs kept (b of the prompt). Default: the policy's operating "
+                        "point for pask, else continuous")
+    from sglang_pask.policy.operating_point import SegmentRule  # light: the standard library
+
+    SegmentRule.add_flags(p)
     p.add_argument("--method-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the method, e.g. normalize=true (h2o), per_head=true (snapkv); repeatable")
     p.add_argument("--no-constrain", action="store_true", help="ignore tools/response_format grammars")
@@ -50,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     from sglang_pask.hf.runner import Runner
     from sglang_pask.methods.options import parse_option
-    from sglang_pask.policy import PolicyError
+    from sglang_pask.policy import PolicyError, load_policy
+    from sglang_pask.policy.operating_point import SegmentRule, resolve
     from sglang_pask.structure import ToolSchemaError
 
     try:
@@ -58,13 +64,21 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"pask generate: --method-opt: {e}", file=sys.stderr)
         return 2
-    if args.schedule is not None:
-        options["schedule"] = args.schedule
     max_new = args.max_new_tokens or request.get("max_completion_tokens") or request.get("max_tokens") or 128
     try:
-        runner = Runner(args.model, method=args.method, budget=args.budget, policy=args.policy,
-                        compress_every=args.compress_every, constrain=not args.no_constrain,
-                        dtype=getattr(torch, args.dtype), method_options=options)
+        policy = load_policy(args.policy, model_dir=args.model) if args.policy else None
+        given = {k: options.pop(k) for k in ("schedule", "interval") if k in options}
+        given.update({k: getattr(args, k) for k in ("schedule", "interval") if getattr(args, k) is not None})
+        names = {"schedule": "--schedule", "interval": "--interval", **SegmentRule.flag_names()}
+        resolved = resolve(policy.point if policy is not None and args.method == "pask" else None,
+                           {**given, **SegmentRule.overrides(args)}, names)
+        if line := resolved.override_line(names):
+            print(f"pask generate: {line}", file=sys.stderr)
+        point = resolved.point
+        options.update(schedule=point.schedule, interval=point.interval)
+        runner = Runner(args.model, method=args.method, budget=args.budget, policy=policy,
+                        constrain=not args.no_constrain, dtype=getattr(torch, args.dtype),
+                        method_options=options, segment_rule=point.segment)
         res = runner.generate(request, max_new_tokens=int(max_new))
     except (ToolSchemaError, PolicyError, ValueError, KeyError, TypeError) as e:
         print(f"pask generate: {e}", file=sys.stderr)

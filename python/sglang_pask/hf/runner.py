@@ -9,7 +9,7 @@ Loop (batch 1, greedy unless ``temperature > 0``)::
          compress the own span S.. if over its budget; every later compression too)
     repeat: mask logits (grammar) -> pick token -> accept (grammar) -> stop? -> tracker.feed
             -> forward token at position seq_len -> when due (``KVMethod.due``: schedule
-               ``continuous``, every ``interval`` steps -- ``compress_every`` overrides it --;
+               ``continuous``, every ``interval`` steps;
                ``prefill``, never after prefill end): compress if the cache holds more than
                floor(b * L * seq_len) slots (per KV head)
 
@@ -30,9 +30,7 @@ import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
 from sglang_pask.methods.segment import (
-    SEGMENTS,
-    check_own_budget,
-    check_prefill,
+    SegmentRule,
     own_due,
     own_kept,
     own_method,
@@ -69,35 +67,26 @@ class Runner:
     ``model``: a model directory (loaded in ``dtype``) or a loaded causal LM (then ``tokenizer``
     is required). ``policy``: a loaded policy, a policy file (checked against ``model``'s
     binding when ``model`` is a directory) or None. ``method``: a registry name (built with
-    ``budget``, ``policy``, ``method_options``) or a :class:`KVMethod` instance. ``groups``:
-    layer groups (default: the policy's, else :func:`default_groups`). ``compress_every``:
-    decode steps between budget checks (default: the method's ``interval``, via
-    ``KVMethod.due``). ``grammar``: ``xgrammar`` (xgrammar's built-in ``qwen_3`` tool-call tag,
-    whitespace capped; :mod:`.constraints`) or ``sglang`` (the server's own constraint pipeline,
-    for parity with ``make serve``; :mod:`.sglang_grammar`). ``dtype``/``device``: for a model
-    loaded from a directory. ``segment``: ``none`` (the whole prompt is one span) or
-    ``system`` (the system/tools message is a shared segment, prefilled and compressed on its
-    own before the rest of the prompt is prefilled against what it kept; the request then
-    compresses only its own tokens: :mod:`sglang_pask.methods.segment`, what a server with the
-    radix cache on does; ``segment_budget``: the segment's budget, default the method's;
-    ``own_budget``: the budget of the request's own tokens, default the request's budget less the
-    segment's slots, :func:`~sglang_pask.methods.segment.own_slots`; ``segment_prefill``:
-    ``compressed`` (the rest of the prompt is prefilled against what the segment kept) or
-    ``full`` (against the whole segment, which is cut to the same kept positions after it:
-    :data:`~sglang_pask.methods.segment.PREFILLS`)). Not thread-safe: one generation at a time.
+    ``budget``, ``policy``, ``method_options``; ``pask`` takes its schedule and interval from the
+    policy's operating point unless ``method_options`` set them) or a :class:`KVMethod` instance.
+    ``groups``: layer groups (default: the policy's, else :func:`default_groups`). ``grammar``:
+    ``xgrammar`` (xgrammar's built-in ``qwen_3`` tool-call tag, whitespace capped;
+    :mod:`.constraints`) or ``sglang`` (the server's own constraint pipeline, for parity with
+    ``make serve``; :mod:`.sglang_grammar`). ``dtype``/``device``: for a model loaded from a
+    directory. ``segment_rule``: the shared-segment rule
+    (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's operating point,
+    else none): with ``segment="system"`` the system/tools message is prefilled and compressed on
+    its own, the rest of the prompt prefilled against what it kept (``compressed``) or against the
+    whole segment, which is cut to the same kept positions after (``full``), and the request
+    compresses only its own tokens (:mod:`sglang_pask.methods.segment`; what a server with the
+    radix cache on does). Not thread-safe: one generation at a time.
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module], tokenizer=None,
                  method: Union[str, KVMethod] = "full", budget: Optional[float] = None, policy=None, *,
-                 compress_every: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
-                 constrain: bool = True, grammar: str = "xgrammar", dtype: torch.dtype = torch.float32,
-                 device: Optional[str] = None, method_options: Optional[dict] = None,
-                 segment: str = "none", segment_budget: Optional[float] = None,
-                 own_budget: Optional[float] = None, segment_prefill: str = "compressed"):
-        if segment not in SEGMENTS:
-            raise ValueError(f"segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
-        if compress_every is not None and compress_every < 1:
-            raise ValueError(f"compress_every must be >= 1, got {compress_every}")
+                 groups: Optional[Sequence[Sequence[int]]] = None, constrain: bool = True,
+                 grammar: str = "xgrammar", dtype: torch.dtype = torch.float32, device: Optional[str] = None,
+                 method_options: Optional[dict] = None, segment_rule: Optional[SegmentRule] = None):
         model_dir = str(model) if isinstance(model, (str, os.PathLike)) else None
         if model_dir is None and tokenizer is None:
             raise ValueError("a tokenizer is required with a loaded model")
@@ -110,6 +99,16 @@ class Runner:
             self.method = method
         else:
             self.method = make_kv_method(method, budget, policy=policy, **(method_options or {}))
+        if segment_rule is None:
+            point = getattr(policy, "point", None) if policy is not None else None
+            segment_rule = point.segment if point is not None else SegmentRule()
+        if not isinstance(segment_rule, SegmentRule):
+            raise TypeError(f"segment_rule must be a SegmentRule, got {type(segment_rule).__name__}")
+        if segment_rule.active:
+            check_segment_method(self.method)
+        self.segment_rule = segment_rule
+        if grammar not in ("xgrammar", "sglang"):
+            raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
         if model_dir is not None:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,21 +126,6 @@ class Runner:
         self.groups = [list(g) for g in (groups or pol_groups or default_groups(self.num_layers))]
         if sorted(i for g in self.groups for i in g) != list(range(self.num_layers)):
             raise ValueError(f"groups {self.groups} must partition the model's {self.num_layers} layers")
-        self.compress_every = None if compress_every is None else int(compress_every)
-        if self.compress_every is not None:  # the method records the interval it runs with
-            self.method = dataclasses.replace(self.method, interval=self.compress_every)
-        if grammar not in ("xgrammar", "sglang"):
-            raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
-        if segment != "none":
-            check_segment_method(self.method)
-        self.segment = segment
-        if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
-            raise ValueError(f"segment_budget must be in (0, 1], got {segment_budget}")
-        self.segment_budget = segment_budget
-        check_own_budget(own_budget, "own_budget", segment)
-        self.own_budget = own_budget
-        check_prefill(segment_prefill, "segment_prefill", segment)
-        self.segment_prefill = segment_prefill
         self.constrain = constrain
         self.grammar = grammar
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -208,7 +192,8 @@ class Runner:
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
                         PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
-        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots, self.own_budget)
+        slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots,
+                          self.segment_rule.own_budget)
         if not force and not own_due(self.method, step, view, slots):
             return None
         own = own_kept(self.method, view, segment_end, slots)
@@ -222,7 +207,7 @@ class Runner:
         just written and nothing after it (its statistics are the segment's alone)."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         return segment_kept(self.method, self.num_layers, self.groups, classes,
-                            attention=_stats(cache, retained), segment_budget=self.segment_budget)
+                            attention=_stats(cache, retained), segment_budget=self.segment_rule.segment_budget)
 
     def cut_segment(self, cache: PrunableCache, kept: Sequence[np.ndarray], segment_end: int,
                     seq_len: int) -> Compression:
@@ -252,8 +237,31 @@ class Runner:
                            head_mask=None if head_mask is None else
                            [np.asarray(m, dtype=bool) for m in head_mask])
 
+    def prefill(self, cache: PrunableCache, tags) -> tuple[torch.Tensor, "Prefilled"]:
+        """Prefill the rendered prompt ``tags`` (:func:`~sglang_pask.rendering.render_chat`) into
+        ``cache`` under the segment rule, then compress at prefill end if due; returns the last
+        position's logits. ``Runner.generate`` and teacher forcing both start here."""
+        prompt = list(tags.token_ids)
+        classes = [int(c) for c in tags.classes]
+        seg = tags.segment_end if self.segment_rule.active else 0
+        segment = None
+        if seg and self.segment_rule.segment_prefill == "full":  # the rest attends to the whole segment
+            self.forward(cache, prompt[:seg], 0)
+            kept = self.segment_selection(cache, classes[:seg])
+            logits = self.forward(cache, prompt[seg:], seg)
+            segment = self.cut_segment(cache, kept, seg, len(prompt))
+        elif seg:  # the shared segment first, compressed alone; the rest attends to what it kept
+            self.forward(cache, prompt[:seg], 0)
+            segment = self.compress_segment(cache, classes[:seg])
+            logits = self.forward(cache, prompt[seg:], seg)
+        else:
+            logits = self.forward(cache, prompt, 0)
+        seg_slots = sum(len(k) for k in segment.kept) if segment is not None else 0
+        c = self.compress(cache, len(prompt), classes, len(prompt), 0, segment_end=seg, segment_slots=seg_slots)
+        return logits, Prefilled(seg, segment, seg_slots, tuple(x for x in [c] if x))
+
     def due(self, step: int, held: int, seq_len: int) -> bool:
-        """The method's rule (``KVMethod.due``; ``compress_every`` is its ``interval``)."""
+        """The method's rule (``KVMethod.due``)."""
         return self.method.due(step, held, seq_len, self.num_layers)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -276,23 +284,10 @@ class Runner:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
         cache = self.new_cache()
 
-        seg = tags.segment_end if self.segment == "system" else 0
-        segment = None
-        if seg and self.segment_prefill == "full":  # the rest attends to the whole segment
-            self.forward(cache, prompt[:seg], 0)
-            kept = self.segment_selection(cache, prompt_classes[:seg])
-            logits = self.forward(cache, prompt[seg:], seg)
-            segment = self.cut_segment(cache, kept, seg, len(prompt))
-        elif seg:  # the shared segment first, compressed alone; the rest attends to what it kept
-            self.forward(cache, prompt[:seg], 0)
-            segment = self.compress_segment(cache, prompt_classes[:seg])
-            logits = self.forward(cache, prompt[seg:], seg)
-        else:
-            logits = self.forward(cache, prompt, 0)
+        logits, pre = self.prefill(cache, tags)
+        seg, segment, seg_slots = pre.segment_end, pre.segment, pre.segment_slots
         seq_len = len(prompt)
-        seg_slots = sum(len(k) for k in segment.kept) if segment is not None else 0
-        compressions = [c for c in [self.compress(cache, seq_len, prompt_classes, seq_len, 0,
-                                                  segment_end=seg, segment_slots=seg_slots)] if c]
+        compressions = list(pre.compressions)
         t_prefill = time.perf_counter()
         out: list[int] = []
         recorded = [] if record_logits else None
@@ -336,6 +331,17 @@ class Runner:
             segment_end=seg, segment=segment,
             timings={"prefill_s": t_prefill - t0, "decode_s": t_end - t_prefill,
                      "decode_steps": max(len(out) - 1, 0), "compress_s": t_compress})
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefilled:
+    """What :meth:`Runner.prefill` did: where the shared segment ends (0: none), its compression
+    (None: none), the slots it kept, and the prefill-end compression (empty: not due)."""
+
+    segment_end: int
+    segment: Optional[Compression]
+    segment_slots: int
+    compressions: tuple
 
 
 def _pick(logits: torch.Tensor, temperature: float, gen) -> int:

@@ -3,7 +3,7 @@ as :meth:`Runner.generate` would compress it while writing that answer.
 
 Loop (mirrors ``Runner.generate`` with the sampled token replaced by the answer's next token)::
 
-    prefill prompt (positions 0..P-1) -> compress (decode step 0, if due)
+    prefill prompt (Runner.prefill: the segment rule, then compress at decode step 0 if due)
     for i, tok in enumerate(answer):
         nll[i] = -log_softmax(logits)[tok]        # raw model logits, no grammar mask
         if last token: stop                        # generate does not feed its final token either
@@ -11,8 +11,8 @@ Loop (mirrors ``Runner.generate`` with the sampled token replaced by the answer'
 
 So compression points, classes (prompt tags + output tracker) and the method's schedule are the
 generation's: at budget 1.0 nothing is dropped and the result equals one plain forward over
-prompt + answer. Uses only the runner's public pieces (``tagger``, ``new_cache``, ``forward``,
-``compress``, ``tokenizer``) and the one rendering path (:func:`sglang_pask.rendering.render_chat`).
+prompt + answer. Uses only the runner's public pieces (``tagger``, ``new_cache``, ``prefill``,
+``forward``, ``compress``, ``tokenizer``) and the one rendering path (:func:`sglang_pask.rendering.render_chat`).
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
     tracker = tags.tracker()  # chosen from the rendered view, as Runner.generate does
     cache = runner.new_cache()
 
-    logits = runner.forward(cache, prompt, 0)
+    logits, pre = runner.prefill(cache, tags)  # the segment rule and prefill-end compression
     seq_len = len(prompt)
-    ran = runner.compress(cache, seq_len, prompt_classes, seq_len, 0) is not None
+    ran = len(pre.compressions)
     nll = np.zeros(len(answer), dtype=np.float64)
     for i, tok in enumerate(answer):
         nll[i] = -float(torch.log_softmax(logits.double(), dim=-1)[tok])
@@ -70,6 +70,7 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
         tracker.feed(token_bytes(runner.tokenizer, [tok])[0])
         logits = runner.forward(cache, [tok], seq_len)
         seq_len += 1
-        c = runner.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), i + 1)
+        c = runner.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), i + 1,
+                            segment_end=pre.segment_end, segment_slots=pre.segment_slots)
         ran += c is not None
     return TeacherForced(nll, len(prompt), int(ran))

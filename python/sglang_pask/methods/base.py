@@ -44,6 +44,8 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
+from sglang_pask.policy.operating_point import SCHEDULES  # one definition (the policy file names it)
+
 
 @dataclass
 class AttentionStats:
@@ -233,7 +235,6 @@ def split_slots(total: int, weights: np.ndarray, cap: np.ndarray) -> np.ndarray:
 
 
 #: When a method compresses (:meth:`KVMethod.due`); DESIGN.md §4 "Schedules".
-SCHEDULES = ("continuous", "prefill")
 
 
 def _plain(v: Any) -> Any:

@@ -59,8 +59,10 @@ class Pask(KVMethod):
     recency, sinks and a recent window (module docstring: the exact arithmetic). Needs no
     attention statistics.
 
-    Fields: ``budget`` (None: the policy's), ``policy`` (required; compared, hashed and recorded
-    by :func:`~sglang_pask.policy.digest.policy_hash`, shown in ``repr`` by its name only),
+    Fields: ``budget`` (None: the policy's), ``schedule`` and ``interval`` (None: the policy's
+    operating point, :attr:`~sglang_pask.policy.Policy.point`; a format-1 policy: ``continuous``,
+    1), ``policy`` (required; compared, hashed and recorded by
+    :func:`~sglang_pask.policy.digest.policy_hash`, shown in ``repr`` by its name only),
     ``span_delimiters``. Sinks and the recent window are the policy's (:attr:`sinks`,
     :attr:`window`)."""
 
@@ -68,6 +70,8 @@ class Pask(KVMethod):
     per_group = True
 
     budget: Optional[float] = None
+    schedule: Optional[str] = None
+    interval: Optional[int] = None
     policy: Optional["Policy"] = field(default=None, compare=False, repr=False)
     span_delimiters: bool = True
     policy_name: Optional[str] = field(init=False, default=None)
@@ -77,6 +81,11 @@ class Pask(KVMethod):
         if self.policy is None:
             raise ValueError(NO_POLICY)
         self._set("budget", self.policy.budget if self.budget is None else self.budget)
+        point = self.policy.point
+        if self.schedule is None:
+            self._set("schedule", point.schedule if point is not None else "continuous")
+        if self.interval is None:
+            self._set("interval", point.interval if point is not None else 1)
         super().__post_init__()
         self._check("span_delimiters", isinstance(self.span_delimiters, (bool, np.bool_)), "must be a bool")
         self._set("policy_name", self.policy.name)

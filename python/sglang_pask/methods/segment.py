@@ -42,12 +42,15 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
+from sglang_pask.policy.operating_point import PREFILLS, SEGMENTS, SegmentRule
 
-#: where a shared segment ends: ``none`` (no segment: the whole prompt is the request's own) or
-#: ``system`` (the end of the system/tools message, :attr:`~sglang_pask.rendering.RenderedPrompt.segment_end`)
-SEGMENTS = ("none", "system")
-#: what a request's own tokens are prefilled against (module): the segment as kept, or whole
-PREFILLS = ("compressed", "full")
+# The rule's options (segment, its budget, the own budget, the prefill mode) are one value,
+# :class:`~sglang_pask.policy.operating_point.SegmentRule`, its only validator; this module applies
+# it. SEGMENTS: where a shared segment ends (``system``: the end of the system/tools message,
+# :attr:`~sglang_pask.rendering.RenderedPrompt.segment_end`); PREFILLS: what a request's own tokens
+# are prefilled against (module docstring).
+__all__ = ["PREFILLS", "SEGMENTS", "SegmentRule", "check_method", "own_due", "own_kept", "own_method",
+           "own_held", "own_slots", "own_view", "segment_kept", "with_budget"]
 
 
 def check_method(method: KVMethod) -> None:
@@ -107,29 +110,9 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
                      protected_tail=protected_tail, attention=stats, prompt_len=max(prompt_len - s, 0), start=s)
 
 
-def check_prefill(prefill: str, flag: str = "segment_prefill", segment: Optional[str] = None,
-                  segment_flag: str = "segment") -> None:
-    """Raise ValueError naming ``flag`` unless ``prefill`` is one of :data:`PREFILLS`, and (when
-    ``segment`` is given) unless ``full`` comes with a shared segment."""
-    if prefill not in PREFILLS:
-        raise ValueError(f"{flag} must be one of {', '.join(PREFILLS)}, got {prefill!r}")
-    if prefill != PREFILLS[0] and segment == "none":
-        raise ValueError(f"{flag} {prefill} needs {segment_flag} system")
-
-
 def own_held(view: CacheView) -> int:
     """Slots the own span holds."""
     return int(view.held().sum())
-
-
-def check_own_budget(own_budget: Optional[float], flag: str = "own_budget", segment: Optional[str] = None,
-                     segment_flag: str = "segment") -> None:
-    """Raise ValueError naming ``flag`` unless ``own_budget`` is None or in (0, 1], and (when
-    ``segment`` is given) unless a set own budget comes with a shared segment."""
-    if own_budget is not None and not 0.0 < float(own_budget) <= 1.0:
-        raise ValueError(f"{flag} must be in (0, 1], got {own_budget:g}")
-    if own_budget is not None and segment == "none":
-        raise ValueError(f"{flag} needs {segment_flag} system")
 
 
 def own_slots(method: KVMethod, num_layers: int, seq_len: int, segment_end: int, segment_slots: int,

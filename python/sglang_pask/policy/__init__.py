@@ -1,6 +1,7 @@
 """Policy files (``policies/*.json``): the per-model persistence table of DESIGN.md §4.
 
-One pydantic model (:class:`Policy`, ``"format": "pask-policy/1"``), bound to a model's shape and
+One pydantic model (:class:`Policy`, ``"format": "pask-policy/2"``, with the operating point it
+must run at), bound to a model's shape and
 config fingerprint (:class:`ModelBinding`). :func:`load_policy` checks envelope, schema and (with
 ``model_dir``) binding, raising a one-line :class:`PolicyError`; :func:`save_policy` writes one;
 :func:`prior_policy` builds an uncalibrated structure prior (``pask policy prior``).

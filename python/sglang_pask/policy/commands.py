@@ -1,4 +1,6 @@
-"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``.
+"""``pask policy prior``: write an uncalibrated structure-prior policy; ``pask policy check``;
+``pask policy upgrade``: re-issue a policy in the current format with the operating point it was
+calibrated under.
 (``pask policy ablate`` needs calibrate, so it registers from ``calibrate/commands.py``.)"""
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def check(args: argparse.Namespace) -> int:
         print(f"pask policy check: {e}", file=sys.stderr)
         return 1
     kind = "calibrated" if p.calibration is not None else "uncalibrated (prior)"
-    print(f"ok: {args.file}: {kind}, {p.num_groups} groups, budget {p.budget:g}, {p.model.shape()}")
+    point = p.point.describe() if p.point is not None else f"none ({p.format}: the engines' defaults)"
+    print(f"ok: {args.file}: {kind}, {p.num_groups} groups, budget {p.budget:g}, {p.model.shape()}, "
+          f"operating point: {point}")
     return 0
 
 
@@ -65,4 +69,42 @@ def prior(args: argparse.Namespace) -> int:
     save_policy(policy, args.out)
     print(f"wrote {args.out}: prior policy, {policy.num_groups} groups {policy.groups}, "
           f"budget {policy.budget:g}, calibration null")
+    return 0
+
+
+def _upgrade_setup(p: argparse.ArgumentParser) -> None:
+    from sglang_pask.policy.operating_point import SCHEDULES, SegmentRule  # light: the standard library
+
+    p.add_argument("file", help="a policy file (format 1 or 2)")
+    p.add_argument("--out", default=None, help="where to write (default: FILE, rewritten in place)")
+    p.add_argument("--schedule", choices=SCHEDULES, required=True,
+                   help="the schedule the policy was calibrated under (its calibration record says)")
+    p.add_argument("--interval", type=int, default=1, help="decode steps between budget checks (default 1)")
+    SegmentRule.add_flags(p, help_prefix="the segment rule it was calibrated under: ")
+
+
+@command("policy upgrade", "re-issue a policy (format 2) recording the operating point it was calibrated under",
+         _upgrade_setup)
+def upgrade(args: argparse.Namespace) -> int:
+    import sys
+
+    from sglang_pask.policy import PolicyError, load_policy, save_policy
+    from sglang_pask.policy.envelope import FORMAT
+    from sglang_pask.policy.operating_point import OperatingPoint, OperatingPointError, SegmentRule
+
+    names = {"schedule": "--schedule", "interval": "--interval", **SegmentRule.flag_names()}
+    try:
+        policy = load_policy(args.file)
+        point = OperatingPoint(args.schedule, args.interval, SegmentRule(**SegmentRule.overrides(args)))
+    except OperatingPointError as e:
+        print(f"pask policy upgrade: {e.named(names)}", file=sys.stderr)
+        return 2
+    except PolicyError as e:
+        print(f"pask policy upgrade: {e}", file=sys.stderr)
+        return 1
+    doc = policy.model_dump(mode="json")
+    doc.update(format=FORMAT, operating_point=point.record())
+    out = args.out or args.file
+    save_policy(type(policy).model_validate(doc), out)
+    print(f"wrote {out}: {FORMAT}, operating point: {point.describe()}")
     return 0

@@ -9,10 +9,11 @@ so a server refusing to start says exactly why. Checks run in order: envelope
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from sglang_pask.policy.envelope import FORMAT, SUPPORTED_FORMATS
+from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
 
 if TYPE_CHECKING:
     from sglang_pask.policy.schema import Policy
@@ -20,6 +21,23 @@ if TYPE_CHECKING:
 
 class PolicyError(ValueError):
     """A policy file is missing, unreadable, not JSON, or not a supported policy document."""
+
+
+logger = logging.getLogger("sglang_pask")
+#: set once an old-format warning was printed for a path, inherited by child processes (a server's
+#: scheduler loads the policy again): one warning line per path per process tree
+ENV_WARNED = "SGLANG_PASK_OLD_POLICY_WARNED"
+
+
+def _warn_old_format(path: str, fmt: str) -> None:
+    key = os.path.abspath(path)
+    warned = os.environ.get(ENV_WARNED, "").split(os.pathsep)
+    if key in warned:
+        return
+    os.environ[ENV_WARNED] = os.pathsep.join([w for w in warned if w] + [key])
+    logger.warning("sglang_pask: policy file %r has format %r (no operating point): it runs at the engines' "
+                   "defaults (schedule continuous, interval 1, segment none) unless flags say otherwise; "
+                   "`pask policy upgrade FILE --schedule ...` records how it was calibrated", path, fmt)
 
 
 def load_policy_document(path: str | os.PathLike) -> dict[str, Any]:
@@ -61,12 +79,17 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
 
     path = os.fspath(path)
     doc = load_policy_document(path)
+    if doc.get("format") not in OLD_FORMATS and "operating_point" not in doc:
+        raise PolicyError(f"policy file {path!r}: operating_point: missing required key (format "
+                          f"{doc.get('format')!r} records how the policy must be run)")
     try:
         policy = Policy.model_validate(doc)
     except ValidationError as e:
         raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
     if model_dir is not None:
         check_binding(policy, model_dir, what=f"policy file {path!r}")
+    if policy.format in OLD_FORMATS:
+        _warn_old_format(path, policy.format)
     return policy
 
 

@@ -1,9 +1,9 @@
-"""The policy file of DESIGN.md §4 as one pydantic model (``"format": "pask-policy/1"``).
+"""The policy file of DESIGN.md §4 as one pydantic model (``"format": "pask-policy/2"``).
 
 Shape of a document (G layer groups; class names are :class:`~sglang_pask.structure.StructClass`
 names)::
 
-    {"format": "pask-policy/1", "name": ..., "note": ...,
+    {"format": "pask-policy/2", "name": ..., "note": ...,
      "model": {"num_layers", "num_kv_heads", "head_dim", "vocab_size", "fingerprint"},
      "groups": [[0, 1], [2, 3]],                 # consecutive runs partitioning range(num_layers)
      "classes": ["TOOL_NAME", ...],              # the class axis
@@ -11,6 +11,8 @@ names)::
      "floor": [{"TOOL_NAME": 1.0, ...}, ...],    # per group: share of a class that must persist
      "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
      "sinks": 4, "recent_window": 16, "budget": 0.33,
+     "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
+                         "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
 
 Unknown keys are refused everywhere; a floor missing from a group's dict is 0. Every check raises
@@ -26,7 +28,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sglang_pask.policy.binding import ModelBinding
-from sglang_pask.policy.envelope import FORMAT
+from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
+from sglang_pask.policy.operating_point import OperatingPoint, OperatingPointError
 from sglang_pask.structure.classes import StructClass
 
 NUM_CLASSES = len(StructClass)
@@ -48,13 +51,34 @@ class CalibrationRecord(BaseModel):
     seed: Optional[int] = None
 
 
+class SegmentRuleModel(BaseModel):
+    """The file form of :class:`~.operating_point.SegmentRule` (checked by it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    segment: str = "none"
+    segment_budget: Optional[float] = None
+    own_budget: Optional[float] = None
+    segment_prefill: str = "compressed"
+
+
+class OperatingPointModel(BaseModel):
+    """The file form of :class:`~.operating_point.OperatingPoint` (checked by it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: str
+    interval: int = 1
+    segment: SegmentRuleModel = SegmentRuleModel()
+
+
 class Policy(BaseModel):
     """A compiled per-model persistence table. Construct with :meth:`Policy.model_validate` (or
     :func:`~sglang_pask.policy.load_policy`); invalid values raise ``ValueError`` naming the field."""
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["pask-policy/1"] = FORMAT
+    format: Literal[SUPPORTED_FORMATS] = FORMAT
     name: Optional[str] = None
     note: Optional[str] = None
     model: ModelBinding
@@ -66,15 +90,27 @@ class Policy(BaseModel):
     sinks: int
     recent_window: int
     budget: float
+    #: how the policy must be run (format 2; None in format-1 files)
+    operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
 
     @model_validator(mode="after")
     def _check(self) -> "Policy":
         for problem in _problems(self):
             raise ValueError(problem)
+        if self.format not in OLD_FORMATS and self.operating_point is None:
+            # built in code without one: the engines' defaults (a file must say it: document.py)
+            self.operating_point = OperatingPointModel(schedule="continuous")
         return self
 
     # ---- lookups used by the pask method (class axis: StructClass ints) ----
+
+    @property
+    def point(self) -> Optional[OperatingPoint]:
+        """The recorded operating point (None: a format-1 policy, run at the engines' defaults)."""
+        if self.operating_point is None:
+            return None
+        return OperatingPoint.from_record(self.operating_point.model_dump())
 
     @property
     def num_groups(self) -> int:
@@ -146,6 +182,14 @@ def _problems(p: Policy):
         yield f"recent_window = {p.recent_window} is negative"
     if not (0.0 < p.budget <= 1.0):
         yield f"budget = {p.budget} is outside (0, 1]"
+    if p.format in OLD_FORMATS and p.operating_point is not None:
+        yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
+    if p.operating_point is not None:
+        try:
+            OperatingPoint.from_record(p.operating_point.model_dump())
+        except OperatingPointError as e:
+            where = "operating_point." + ("segment." if e.field not in ("schedule", "interval") else "")
+            yield e.named({e.field: where + e.field, **({e.needs: where + e.needs} if e.needs else {})})
     if p.calibration is not None:
         for field in ("sensitivity", "distortion"):
             n = len(getattr(p.calibration, field))

@@ -61,13 +61,13 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
     tags = tags_of(req)
     # segment mode: the segment was compressed when it was published (.segments); the due check,
     # the view and the drops cover the own span [seg, seq_len) only, at its own allocation
-    seg = tags.segment_end if config.segment != "none" else 0
+    seg = tags.segment_end if config.rule.active else 0
     if seg:
         from sglang_pask.methods.segment import own_kept, own_slots, own_view
         from sglang_pask.srt.segments import segment_kept_units
 
         segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
-        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots, config.own_budget)
+        allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots, config.rule.own_budget)
         slots = sum(int((h >= seg).sum()) * len(u) for h, u in zip(held, units))
         if slots <= allowed:
             return 0

@@ -1,4 +1,5 @@
-"""The hooks that make the server persist KV per unit (active only with a policy).
+"""The hooks that make the server persist KV per unit (active only with a policy; targets declared
+in :mod:`.seam`).
 
 * ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): a :class:`~.pools.PaskKVPool` instead of
   the MHA pool -- ``--max-total-tokens N`` full ids and, per unit, ``ceil(b * N)`` slots.
@@ -28,18 +29,6 @@ import msgspec
 from sglang_pask.srt.serving import active_config
 
 logger = logging.getLogger("sglang_pask")
-
-_CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
-_BUILD_POOL = f"{_CFG}._build_mha_kv_pool"
-_BUILD_ALLOC = f"{_CFG}._build_token_to_kv_pool_allocator"
-_CONFIGURE = f"{_CFG}.configure"
-_ATTN_WRAPPER = "sglang.srt.layers.attention.attention_registry.attn_backend_wrapper"
-_EVICT = "sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa"
-_RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
-_ADMISSION = "sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission"
-_CHECKPOINT = "sglang.srt.mem_cache.common.checkpoint_kv_cache"
-_STATE = ("sglang.srt.managers.scheduler_components.internal_state."
-          "SchedulerInternalStateController._add_memory_usage")
 
 
 def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_pool_class,
@@ -149,10 +138,11 @@ def pask_state(scheduler) -> dict:
     alloc = scheduler.token_to_kv_pool_allocator
     config = active_config()
     out = {"method": config.method.record() if config else None,
-           "segment": config.segment if config else None, "radix_cache": bool(config and config.radix),
-           "segment_budget": config.segment_budget if config else None,
-           "own_budget": config.own_budget if config else None,
-           "segment_prefill": config.segment_prefill if config and config.segment != "none" else None,
+           "segment": config.rule.segment if config else None, "radix_cache": bool(config and config.radix),
+           "segment_budget": config.rule.segment_budget if config else None,
+           "own_budget": config.rule.own_budget if config else None,
+           "segment_prefill": config.rule.segment_prefill if config and config.rule.active else None,
+           "operating_point": config.resolved.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):
@@ -168,19 +158,3 @@ def after_memory_usage(_result, controller, state) -> None:
         state["pask"] = pask_state(controller.scheduler)
     except Exception as e:  # never break /server_info
         state["pask"] = {"error": repr(e)}
-
-
-def register_hooks() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(_BUILD_POOL, around_build_pool, HookType.AROUND)
-    HookRegistry.register(_BUILD_ALLOC, around_build_allocator, HookType.AROUND)
-    HookRegistry.register(_CONFIGURE, around_configure, HookType.AROUND)
-    HookRegistry.register(_ATTN_WRAPPER, around_attn_wrapper, HookType.AROUND)
-    HookRegistry.register(_EVICT, around_evict, HookType.AROUND)
-    HookRegistry.register(_STATE, after_memory_usage, HookType.AFTER)
-    HookRegistry.register(_RELEASE, around_release, HookType.AROUND)
-    from sglang_pask.srt import segments
-
-    HookRegistry.register(_ADMISSION, segments.around_select_admission, HookType.AROUND)
-    HookRegistry.register(_CHECKPOINT, segments.around_checkpoint, HookType.AROUND)

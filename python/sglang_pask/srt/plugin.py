@@ -12,10 +12,11 @@ carries the value to every process:
   ``$SGLANG_PASK_POLICY`` (inherited by children, and the way to enable PASK for
   ``sglang.Engine``, which rejects unknown keyword arguments).
 
-With a policy, the PASK hooks (:mod:`.tag_hooks`) are registered too: in child processes at
-``register()`` (the variable is inherited), in the launcher once the flag is parsed (plugins load
-there before argument parsing, so the hooks are applied late; SGLang's registry propagates them to
-modules that imported the targets already). ``--pask-tag-log DIR`` (``$SGLANG_PASK_TAG_LOG``)
+Every hook, registration and attribute stamp is declared in :mod:`.seam`, which applies and
+checks them. With a policy, the PASK group is applied too: in child processes at ``register()``
+(the variable is inherited), in the launcher once the flag is parsed (plugins load there before
+argument parsing, so the hooks are applied late; SGLang's registry propagates them to modules that
+imported the targets already). ``--pask-tag-log DIR`` (``$SGLANG_PASK_TAG_LOG``)
 makes them write each request's tags to DIR.
 
 Invariant: with no policy set, nothing else is hooked and SGLang behaves as stock.
@@ -24,11 +25,13 @@ Invariant: with no policy set, nothing else is hooked and SGLang behaves as stoc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 
 from sglang_pask.policy import PolicyError
-from sglang_pask.srt import serving
+from sglang_pask.policy.operating_point import SegmentRule
+from sglang_pask.srt import seam, serving
 from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
@@ -36,43 +39,40 @@ logger = logging.getLogger("sglang_pask")
 ENV_POLICY = serving.ENV_POLICY
 FLAG = "--pask-policy"
 TAG_LOG_FLAG = "--pask-tag-log"
-#: flag -> (dest, environment variable, type, help) of the persistence flags (:mod:`.serving`)
+#: flag -> (dest, type, help) of the persistence flags other than the segment rule's (:mod:`.serving`)
 PERSIST_FLAGS = {
-    "--pask-method": ("pask_method", serving.ENV_METHOD, str,
-                      "KV method the server runs (default pask; also streaming, random, full)"),
-    "--pask-budget": ("pask_budget", serving.ENV_BUDGET, float,
-                      "KV budget b in (0, 1] (default: the policy's)"),
-    "--pask-schedule": ("pask_schedule", serving.ENV_SCHEDULE, str,
-                        "when to compress: continuous or prefill (default: the method's)"),
-    "--pask-interval": ("pask_interval", serving.ENV_INTERVAL, int,
-                        "decode steps between budget checks under continuous (default 1)"),
-    "--pask-segment": ("pask_segment", serving.ENV_SEGMENT, str,
-                       "the shared segment: none (default: the whole prompt per request, radix cache off) "
-                       "or system (the system/tools message, compressed once and, with the radix cache "
-                       "on, shared through it)"),
-    "--pask-segment-budget": ("pask_segment_budget", serving.ENV_SEGMENT_BUDGET, float,
-                              "budget of the shared segment (default: --pask-budget)"),
-    "--pask-own-budget": ("pask_own_budget", serving.ENV_OWN_BUDGET, float,
-                          "budget of each request's own tokens after the shared segment (default: "
-                          "--pask-budget counting the segment's slots; 1: only the segment is compressed)"),
-    "--pask-segment-prefill": ("pask_segment_prefill", serving.ENV_SEGMENT_PREFILL, str,
-                               "what each request's own tokens are prefilled against: compressed (default: "
-                               "the segment as kept, reused from the radix cache) or full (the whole "
-                               "segment, recomputed per request; the tree shares its memory)"),
-    "--pask-kept-log": ("pask_kept_log", serving.ENV_KEPT_LOG, str,
-                        "(debug) write the kept positions of every compression to JSON lines in DIR"),
+    "--pask-method": ("pask_method", str, "KV method the server runs (default pask; also streaming, random, full)"),
+    "--pask-budget": ("pask_budget", float, "KV budget b in (0, 1] (default: the policy's)"),
+    "--pask-schedule": ("pask_schedule", str, "when to compress: continuous or prefill (default: the policy's "
+                        "operating point)"),
+    "--pask-interval": ("pask_interval", int, "decode steps between budget checks under continuous (default: "
+                        "the policy's operating point)"),
+    "--pask-kept-log": ("pask_kept_log", str, "(debug) write the kept positions of every compression to "
+                        "JSON lines in DIR"),
 }
+#: the segment rule's flags (--pask-segment, --pask-segment-budget, --pask-own-budget,
+#: --pask-segment-prefill): defined, read and validated by SegmentRule alone
+_SEGMENT_PREFIX, _SEGMENT_DEST = "pask-", "pask_"
+
+
+def _given_flags(args: argparse.Namespace) -> list[str]:
+    """Every persistence flag given on the command line."""
+    given = [flag for flag, (dest, *_r) in PERSIST_FLAGS.items() if getattr(args, dest, None) is not None]
+    names = SegmentRule.flag_names(_SEGMENT_PREFIX)
+    return given + [names[f] for f in SegmentRule.overrides(args, _SEGMENT_DEST)]
+
+
 #: SGLang features the per-unit pools do not support yet: flag dest -> why
 _REFUSED = {
     "enable_hierarchical_cache": "hierarchical cache",
     "speculative_algorithm": "speculative decoding",
     "enable_unified_memory": "the unified memory pool",
+    # DP attention shares one batch across attention-DP ranks; plain --dp-size (one scheduler and
+    # its own pools per rank, SGLang's DataParallelController) is supported
     "enable_dp_attention": "data-parallel attention",
 }
 
-RADIX_BACKEND = "pask"
-_ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
-_FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
+RADIX_BACKEND = seam.RADIX_BACKEND
 
 
 def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None:
@@ -82,7 +82,7 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
         type=str,
         default=None,
         metavar="PATH",
-        help="sglang_pask: a PASK policy file (JSON, format pask-policy/1). "
+        help="sglang_pask: a PASK policy file (JSON, format pask-policy/2 or /1). "
         "Without it the plugin is inert.",
     )
     parser.add_argument(
@@ -94,28 +94,30 @@ def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None
         help="sglang_pask (debug): with a policy, write each request's prompt and output structure "
         "tags to JSON lines in DIR.",
     )
-    for flag, (dest, _env, typ, text) in PERSIST_FLAGS.items():
+    for flag, (dest, typ, text) in PERSIST_FLAGS.items():
         parser.add_argument(flag, dest=dest, type=typ, default=None,
                             metavar=flag.rsplit("-", 1)[-1].upper(), help=f"sglang_pask: {text}.")
+    SegmentRule.add_flags(parser, prefix=_SEGMENT_PREFIX, dest_prefix=_SEGMENT_DEST, help_prefix="sglang_pask: ")
 
 
 def _persistence_args(args: argparse.Namespace, path: str) -> None:
-    """Check the persistence flags (building the serving config once, so errors name the flag),
-    export them to child processes, and set what the per-unit pools need: page size 1, no
-    overlap scheduling (drops read the just-written state) and the radix cache: with
-    ``--pask-segment system`` SGLang's setting, as the PASK radix cache (``--radix-cache-backend
-    pask``: it caches only compressed shared segments, :mod:`.radix_cache`); otherwise off (a
-    sequence compressed per request must not be shared as a prefix)."""
-    values = {flag: getattr(args, dest, None) for flag, (dest, *_r) in PERSIST_FLAGS.items()}
-    radix = not getattr(args, "disable_radix_cache", False)
+    """Resolve the persistence flags against the policy (building the serving config once, so
+    errors name the flag), print the operating point and any override, hand the flags to child
+    processes as one value (``$SGLANG_PASK_SERVING``), and set what the per-unit pools need: page
+    size 1, no overlap scheduling (drops read the just-written state) and the radix cache: with a
+    shared segment (``--pask-segment system``, or the policy's) SGLang's setting, as the PASK
+    radix cache (``--radix-cache-backend pask``: it caches only compressed shared segments,
+    :mod:`.radix_cache`); otherwise off (a sequence compressed per request must not be shared as a
+    prefix)."""
+    overrides = {k: getattr(args, d) for k, d in (("schedule", "pask_schedule"), ("interval", "pask_interval"))
+                 if getattr(args, d, None) is not None}
+    overrides.update(SegmentRule.overrides(args, _SEGMENT_DEST))
+    kept_log = getattr(args, "pask_kept_log", None)
+    flags = serving.ServingFlags(method=getattr(args, "pask_method", None), budget=getattr(args, "pask_budget", None),
+                                 overrides=overrides, radix=not getattr(args, "disable_radix_cache", False),
+                                 kept_log=os.path.abspath(kept_log) if kept_log else None)
     try:
-        config = serving.build_config(path, method=values["--pask-method"], budget=values["--pask-budget"],
-                                      schedule=values["--pask-schedule"], interval=values["--pask-interval"],
-                                      model_dir=getattr(args, "model_path", None),
-                                      segment=values["--pask-segment"], radix=radix,
-                                      segment_budget=values["--pask-segment-budget"],
-                                      own_budget=values["--pask-own-budget"],
-                                      segment_prefill=values["--pask-segment-prefill"])
+        config = serving.build_config(path, flags, model_dir=getattr(args, "model_path", None))
     except (ValueError, TypeError) as e:
         raise SystemExit(f"error: {e}") from None
     radix = config.radix
@@ -132,21 +134,18 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     args.disable_overlap_schedule = True
     if radix:
         args.radix_cache_backend = RADIX_BACKEND
-        os.environ[serving.ENV_RADIX] = "1"
     else:
         if not getattr(args, "disable_radix_cache", False):
             logger.info("sglang_pask: radix cache disabled (compressed prefixes are shared only with "
                         "--pask-segment system)")
         args.disable_radix_cache = True
-        os.environ.pop(serving.ENV_RADIX, None)
-    for flag, (dest, env, _t, _h) in PERSIST_FLAGS.items():
-        v = values[flag]
-        if v is None:
-            os.environ.pop(env, None)
-        else:
-            os.environ[env] = os.path.abspath(v) if dest == "pask_kept_log" else str(v)
+    os.environ[serving.ENV_SERVING] = dataclasses.replace(flags, radix=radix).to_json()
     serving.active_config.cache_clear()
     logger.info("sglang_pask: persistence: %s", config.describe())
+    logger.info("sglang_pask: operating point: %s", config.sources_line())
+    if line := config.resolved.override_line(serving.FLAG_NAMES):
+        # a warning: printed even before SGLang configures logging (this runs in argument parsing)
+        logger.warning("sglang_pask: %s %s", os.path.basename(path), line)
 
 
 def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
@@ -169,7 +168,7 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     elif getattr(args, "pask_tag_log", None):
         raise SystemExit(f"error: {TAG_LOG_FLAG} needs {FLAG}")
     else:
-        given = [flag for flag, (dest, *_r) in PERSIST_FLAGS.items() if getattr(args, dest, None) is not None]
+        given = _given_flags(args)
         if given:
             raise SystemExit(f"error: {', '.join(given)} need{'s' if len(given) == 1 else ''} {FLAG}")
     server_args = original(cls, args, *rest, **kwargs)
@@ -185,36 +184,20 @@ def active_policy_path(server_args=None) -> str | None:
     return path or os.environ.get(ENV_POLICY) or None
 
 
-_hooks_enabled = False
-
-
-def _enable_pask_hooks(apply_now: bool) -> None:
-    global _hooks_enabled
-    if _hooks_enabled:
-        return
-    _hooks_enabled = True
-    from sglang_pask.srt import error_hooks, persist_hooks, radix_cache, tag_hooks
-
-    tag_hooks.register_hooks()
-    persist_hooks.register_hooks()
-    error_hooks.register_hooks()
-    radix_cache.register(RADIX_BACKEND)
-    if apply_now:
-        from sglang.srt.plugins.hook_registry import HookRegistry
-
-        HookRegistry.apply_hooks()
+def _enable_pask_hooks(apply_now: bool = True) -> None:
+    """The PASK group of the seam: registered, applied and checked now, once per process (a hook
+    applied later could not be checked; ``apply_now`` is kept for callers and ignored)."""
+    seam.apply(seam.PASK)
 
 
 def register() -> None:
-    """Entry point SGLang runs in every process. Only registers hooks; imports nothing heavy."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    from sglang_pask.launch_server import child_ignores_ctrl_c
+    """Entry point SGLang runs in every process: the seam's always-on group (the CLI flags), and
+    with ``$SGLANG_PASK_POLICY`` (a child process) its PASK group; each applied and checked, a
+    failure stops the process with one line (:class:`.seam.SeamError`)."""
+    from sglang_pask.process import child_ignores_ctrl_c
 
     child_ignores_ctrl_c()
-
-    HookRegistry.register(_ADD_CLI_ARGS, _add_flag, HookType.AFTER)
-    HookRegistry.register(_FROM_CLI_ARGS, _capture, HookType.AROUND)
+    seam.apply(seam.ALWAYS)
     policy = os.environ.get(ENV_POLICY)
     if policy:
         _enable_pask_hooks(apply_now=False)

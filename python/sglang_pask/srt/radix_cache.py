@@ -107,7 +107,7 @@ class PaskRadixCache(UnifiedRadixCache):
 
         config = active_config()
         alloc = self.token_to_kv_pool_allocator
-        if config is not None and config.segment != "none" and isinstance(alloc, PaskAllocator):
+        if config is not None and config.rule.active and isinstance(alloc, PaskAllocator):
             try:
                 ensure_segment(req, self.req_to_token_pool.req_to_token, alloc, config)
             except Exception as e:  # logged; the node then holds the segment uncompressed
@@ -133,11 +133,3 @@ def pask_radix_cache_factory(ctx):
     cache = create_unified_radix_cache(ctx, cache_class=PaskRadixCache)
     logger.info("sglang_pask: radix cache: PASK (caches each request's shared segment, compressed once)")
     return cache
-
-
-def register(name: str) -> None:
-    """Register the factory under ``name`` (idempotent: SGLang refuses a second registration)."""
-    from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
-
-    if get_radix_cache_factory(name) is None:
-        register_radix_cache_backend(name, pask_radix_cache_factory)

@@ -67,14 +67,14 @@ class PaskFullComponent(FullComponent):
 
         config = active_config()
         insert_params.pask_segment = None
-        if config is not None and config.segment != "none":
+        if config is not None and config.rule.active:
             # Cache the segment only (0: nothing; under full prefill also 0 until the whole
             # prompt is written: .segments). Failing tags give 0: never a wrong share.
             from sglang_pask.srt.segments import segment_ready
 
             try:
                 cap = int(tags_of(req).segment_end)
-                if config.segment_prefill == "full" and not segment_ready(req, config, int(token_ids_len)):
+                if config.rule.segment_prefill == "full" and not segment_ready(req, config, int(token_ids_len)):
                     cap = 0
             except Exception:
                 cap = 0
@@ -107,9 +107,9 @@ class PaskFullComponent(FullComponent):
         from sglang_pask.srt.serving import active_config
 
         config = active_config()
-        if config is None or config.segment == "none":
+        if config is None or not config.rule.active:
             return base
-        if config.segment_prefill == "full":  # every request prefills its whole prompt (.segments)
+        if config.rule.segment_prefill == "full":  # every request prefills its whole prompt (.segments)
             return lambda node: False
         stamp = config.stamp
         return lambda node: base(node) and node.component_data[self.component_type].metadata.get(SEGMENT_KEY) == stamp

@@ -49,7 +49,7 @@ def segment_kept_units(req, config) -> list[np.ndarray]:
         from sglang_pask.methods.segment import segment_kept
 
         kept = segment_kept(config.method, config.num_layers, config.groups, tags.prompt[:tags.segment_end],
-                            segment_budget=config.segment_budget)
+                            segment_budget=config.rule.segment_budget)
         units = []
         for layers in config.units:
             for layer in layers[1:]:
@@ -65,7 +65,7 @@ def segment_ready(req, config, written: int) -> bool:
     """The request's segment may be published and cut, its KV written up to ``written``: the
     segment's end (``compressed``), or the whole prompt (``full``: its own tokens saw it whole)."""
     s = tags_of(req).segment_end
-    need = len(req.origin_input_ids) if config.segment_prefill == "full" else s
+    need = len(req.origin_input_ids) if config.rule.segment_prefill == "full" else s
     return s > 0 and written >= need
 
 
@@ -98,7 +98,7 @@ def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
     if getattr(tree_cache, "compresses_segments", False):
         return result  # the PASK radix cache's checkpoint did it
-    if config is not None and config.segment != "none" and isinstance(alloc, PaskAllocator):
+    if config is not None and config.rule.active and isinstance(alloc, PaskAllocator):
         try:
             ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
         except Exception as e:  # the segment then stays Full KV for this request; serving goes on
@@ -113,7 +113,7 @@ def around_select_admission(original, adder, req, **kwargs):
     from sglang_pask.srt.serving import active_config
 
     config = active_config()
-    if config is None or config.segment == "none" or config.segment_prefill == "full" \
+    if config is None or not config.rule.active or config.rule.segment_prefill == "full" \
             or not isinstance(admission, _PrefillAdmission):
         return admission
     try:

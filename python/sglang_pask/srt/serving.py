@@ -1,27 +1,23 @@
-"""What the server persists: the KV method, its budget and schedule, and the layer units that get
-their own KV sub-pool -- resolved once per process from the launcher's flags.
+"""What the server persists: the KV method, its budget, its operating point (schedule, interval,
+segment rule) and the layer units that get their own KV sub-pool -- resolved once per process from
+the policy and the launcher's flags.
 
-Flags (added by :mod:`.plugin`, carried to the scheduler through environment variables, like
-``--pask-policy``):
+Flags (added by :mod:`.plugin`; everything the launcher was given crosses to the scheduler as ONE
+value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_POLICY``):
 
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
   statistics (``pask``, ``streaming``, ``random``, ``full``); SnapKV, PyramidKV and H2O need
   attention statistics the server does not compute and are refused by name.
-* ``--pask-budget B`` (default: the policy's budget), ``--pask-schedule S`` (default: the
-  method's, as ``pask eval --backend hf``), ``--pask-interval N`` (decode steps between budget
-  checks under ``continuous``).
-* ``--pask-segment none|system`` (default ``none``: the whole prompt is the request's own and
-  the radix cache is turned off) and ``--pask-segment-budget B_s``: the shared segment, compressed
-  once at ``B_s`` (default ``B``; :mod:`sglang_pask.methods.segment`). With ``system`` and the
-  radix cache on (SGLang's default), the tree caches and shares exactly each request's segment,
-  compressed (:mod:`.radix_cache`); with ``--disable-radix-cache`` nothing is shared, the rule is
-  the same. ``--pask-segment-prefill compressed|full``: a request's own tokens are prefilled
-  against the segment as kept (default; a radix hit reuses the compressed segment's KV) or whole
-  (``full``: the request recomputes the segment, which the tree then shares in memory only:
-  :mod:`.segments`). Opt-in because, measured on the calib split (tiny, budget 0.33), segment
-  compression keeps whole-prompt accuracy only with every own token kept (``--pask-own-budget
-  1``) and the full prefill, which holds more than b of each request's tokens and gives up the
-  tree's prefill reuse (README, issue 13).
+* ``--pask-budget B`` (default: the policy's budget).
+* The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
+  ``--pask-interval N`` and the segment rule ``--pask-segment none|system``,
+  ``--pask-segment-budget``, ``--pask-own-budget``, ``--pask-segment-prefill``. Each defaults to
+  the policy's recorded operating point (a format-1 policy: the defaults, ``continuous``, 1,
+  ``none``); a flag that changes one is an override, printed at start-up and shown with every
+  field's source in ``/server_info`` (``internal_states[0]["pask"]["operating_point"]``). With
+  ``segment system`` and the radix cache on (SGLang's default), the tree caches and shares exactly
+  each request's segment, compressed (:mod:`.radix_cache`); with ``--disable-radix-cache`` nothing
+  is shared, the rule is the same (:mod:`sglang_pask.methods.segment`, :mod:`.segments`).
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
 per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
@@ -31,27 +27,22 @@ full->unit slot mapping (:mod:`.pools`).
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Optional
 
 from sglang_pask.methods import METHODS, KVMethod, make_method
-from sglang_pask.methods.base import SCHEDULES
+from sglang_pask.policy.operating_point import FIELDS, SEGMENT_FIELDS, Resolved, SegmentRule, resolve
 
 ENV_POLICY = "SGLANG_PASK_POLICY"
-ENV_METHOD = "SGLANG_PASK_METHOD"
-ENV_BUDGET = "SGLANG_PASK_BUDGET"
-ENV_SCHEDULE = "SGLANG_PASK_SCHEDULE"
-ENV_INTERVAL = "SGLANG_PASK_INTERVAL"
-ENV_KEPT_LOG = "SGLANG_PASK_KEPT_LOG"
-ENV_SEGMENT = "SGLANG_PASK_SEGMENT"
-ENV_RADIX = "SGLANG_PASK_RADIX"
-ENV_SEGMENT_BUDGET = "SGLANG_PASK_SEGMENT_BUDGET"
-ENV_OWN_BUDGET = "SGLANG_PASK_OWN_BUDGET"
-ENV_SEGMENT_PREFILL = "SGLANG_PASK_SEGMENT_PREFILL"
+#: the launcher's persistence flags, one JSON value (:class:`ServingFlags`)
+ENV_SERVING = "SGLANG_PASK_SERVING"
 
 DEFAULT_METHOD = "pask"
+#: operating-point field -> the server flag that sets it (messages, override lines)
+FLAG_NAMES = {"schedule": "--pask-schedule", "interval": "--pask-interval", **SegmentRule.flag_names("pask-")}
 
 
 def _needs_attention(name: str) -> Optional[str]:
@@ -70,6 +61,26 @@ def server_methods() -> list[str]:
 
 
 @dataclass(frozen=True)
+class ServingFlags:
+    """What the launcher was given (None / empty: not given), as it crosses to child processes."""
+
+    method: Optional[str] = None
+    budget: Optional[float] = None
+    #: operating-point fields set by flags (field -> value; :data:`~sglang_pask.policy.operating_point.FIELDS`)
+    overrides: dict = field(default_factory=dict)
+    #: SGLang's radix cache is on (it then caches exactly the compressed segments)
+    radix: bool = False
+    kept_log: Optional[str] = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ServingFlags":
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     policy_path: str
     method: KVMethod
@@ -78,21 +89,18 @@ class ServingConfig:
     #: the policy's layer groups (what a per-group method decides over)
     groups: tuple[tuple[int, ...], ...]
     num_layers: int
+    #: the effective operating point and where each field came from (the policy, a flag, the default)
+    resolved: Resolved
     kept_log: Optional[str] = None
-    #: where the shared segment ends (:data:`~sglang_pask.methods.segment.SEGMENTS`)
-    segment: str = "none"
     #: the radix cache is on (it then caches exactly the segments: :mod:`.radix_cache`)
     radix: bool = False
     policy_sha256: str = ""
-    #: the segment's budget (None: the method's)
-    segment_budget: Optional[float] = None
-    #: the budget of a request's own tokens after the segment (None: the method's budget counting
-    #: the segment's slots, :func:`~sglang_pask.methods.segment.own_slots`); not in :attr:`stamp`:
-    #: it does not change what a segment keeps
-    own_budget: Optional[float] = None
-    #: what a request's own tokens are prefilled against (:data:`~sglang_pask.methods.segment.PREFILLS`);
-    #: not in :attr:`stamp` either: the segment keeps the same positions
-    segment_prefill: str = "compressed"
+
+    @property
+    def rule(self) -> SegmentRule:
+        """The segment rule in force (``rule.segment_budget`` is in :attr:`stamp`; the own budget
+        and the prefill mode are not: they do not change what a segment keeps)."""
+        return self.resolved.point.segment
 
     @property
     def budget(self) -> float:
@@ -103,32 +111,36 @@ class ServingConfig:
         """What decides a compressed segment besides its tokens: stamped on the radix node that
         holds it, and part of the cache namespace of every request (no other policy, method or
         budget can match it)."""
-        seg = "" if self.segment_budget is None else f",segment@{self.segment_budget:g}"
+        sb = self.rule.segment_budget
+        seg = "" if sb is None else f",segment@{sb:g}"
         return f"{self.method.name}@{self.budget:g}{seg}/{self.policy_sha256[:16]}"
 
     def describe(self) -> str:
-        return (f"method {self.method.name}, budget {self.budget:g}, schedule {self.method.schedule}"
-                f"{'' if self.method.schedule == 'prefill' else f', interval {self.method.interval}'}, "
-                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, segment {self.segment}"
-                f"{'' if self.segment_budget is None else f' at budget {self.segment_budget:g}'}"
-                f"{'' if self.own_budget is None else f', own tokens at budget {self.own_budget:g}'}"
-                f"{', own tokens prefilled against the whole segment' if self.segment_prefill == 'full' else ''}, "
+        return (f"method {self.method.name}, budget {self.budget:g}, {self.resolved.point.describe()}, "
+                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
+    def sources_line(self) -> str:
+        """``schedule prefill (policy), interval 1 (policy), ...``: every field and its source."""
+        rec = self.resolved.record()
+        return ", ".join(f"{f} {_fmt(rec[f]['value'])} ({rec[f]['source']})" for f in FIELDS)
 
-def build_config(policy_path: str, method: Optional[str] = None, budget: Optional[float] = None,
-                 schedule: Optional[str] = None, interval: Optional[int] = None,
-                 kept_log: Optional[str] = None, model_dir: Optional[str] = None,
-                 segment: Optional[str] = None, radix: bool = False,
-                 segment_budget: Optional[float] = None, own_budget: Optional[float] = None,
-                 segment_prefill: Optional[str] = None) -> ServingConfig:
+
+def _fmt(v) -> str:
+    return "unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+
+
+def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
+                 model_dir: Optional[str] = None) -> ServingConfig:
     """The serving configuration; raises ValueError naming the bad flag or field."""
-    from sglang_pask.methods.segment import SEGMENTS, check_own_budget, check_prefill
     from sglang_pask.methods.segment import check_method as check_segment_method
     from sglang_pask.policy import load_policy
+    from sglang_pask.policy.digest import policy_hash
 
+    flags = flags or ServingFlags()
     policy = load_policy(policy_path, model_dir=model_dir)
-    name = method or DEFAULT_METHOD
+    name = flags.method or DEFAULT_METHOD
+    budget = flags.budget
     if name not in METHODS:
         raise ValueError(f"--pask-method: unknown method {name!r} (the server runs: "
                          f"{', '.join(server_methods())})")
@@ -142,26 +154,10 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
         raise ValueError(f"--pask-budget must be in (0, 1], got {budget:g}")
     if name == "full" and budget is not None and budget != 1.0:
         raise ValueError(f"--pask-budget: method 'full' keeps every token (budget 1), got {budget:g}")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"--pask-schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    if interval is not None and interval < 1:
-        raise ValueError(f"--pask-interval must be an integer >= 1, got {interval}")
-    if segment is not None and segment not in SEGMENTS:
-        raise ValueError(f"--pask-segment must be one of {', '.join(SEGMENTS)}, got {segment!r}")
-    segment = segment or "none"
-    radix = bool(radix) and segment != "none"  # the radix cache holds compressed segments only
-    if segment_budget is not None and not 0.0 < segment_budget <= 1.0:
-        raise ValueError(f"--pask-segment-budget must be in (0, 1], got {segment_budget:g}")
-    if segment_budget is not None and segment == "none":
-        raise ValueError("--pask-segment-budget needs --pask-segment system")
-    check_own_budget(own_budget, "--pask-own-budget", segment, "--pask-segment")
-    segment_prefill = segment_prefill or "compressed"
-    check_prefill(segment_prefill, "--pask-segment-prefill", segment, "--pask-segment")
-    options = {}
-    if schedule is not None:
-        options["schedule"] = schedule
-    if interval is not None:
-        options["interval"] = interval
+    # the one validator (errors name the flag); a baseline takes only the policy's segment rule
+    resolved = resolve(policy.point, flags.overrides, FLAG_NAMES, None if name == "pask" else SEGMENT_FIELDS)
+    point = resolved.point
+    options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         kv = make_method(name, budget, policy=policy, **options)
     else:
@@ -170,29 +166,15 @@ def build_config(policy_path: str, method: Optional[str] = None, budget: Optiona
     groups = tuple(tuple(g) for g in policy.groups)
     num_layers = sum(len(g) for g in groups)
     units = groups if kv.per_group else tuple((layer,) for layer in range(num_layers))
-    if segment != "none":
+    if point.segment.active:
         try:
             check_segment_method(kv)
         except ValueError as e:
-            raise ValueError(f"--pask-segment {segment}: {e}") from None
-    from sglang_pask.policy.digest import policy_hash
-
+            raise ValueError(f"--pask-segment {point.segment.segment}: {e}") from None
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
-                         num_layers=num_layers, kept_log=kept_log, segment=segment, radix=radix,
-                         policy_sha256=policy_hash(policy),
-                         segment_budget=None if segment_budget is None else float(segment_budget),
-                         own_budget=None if own_budget is None else float(own_budget),
-                         segment_prefill=segment_prefill)
-
-
-def _env_float(name: str) -> Optional[float]:
-    v = os.environ.get(name)
-    return float(v) if v else None
-
-
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    return int(v) if v else None
+                         num_layers=num_layers, resolved=resolved, kept_log=flags.kept_log,
+                         radix=bool(flags.radix) and point.segment.active,  # the tree holds segments only
+                         policy_sha256=policy_hash(policy))
 
 
 @lru_cache(maxsize=1)
@@ -201,9 +183,5 @@ def active_config() -> Optional[ServingConfig]:
     path = os.environ.get(ENV_POLICY)
     if not path:
         return None
-    return build_config(path, method=os.environ.get(ENV_METHOD) or None, budget=_env_float(ENV_BUDGET),
-                        schedule=os.environ.get(ENV_SCHEDULE) or None, interval=_env_int(ENV_INTERVAL),
-                        kept_log=os.environ.get(ENV_KEPT_LOG) or None,
-                        segment=os.environ.get(ENV_SEGMENT) or None, radix=os.environ.get(ENV_RADIX) == "1",
-                        segment_budget=_env_float(ENV_SEGMENT_BUDGET), own_budget=_env_float(ENV_OWN_BUDGET),
-                        segment_prefill=os.environ.get(ENV_SEGMENT_PREFILL) or None)
+    text = os.environ.get(ENV_SERVING)
+    return build_config(path, ServingFlags.from_json(text) if text else None)

@@ -1,4 +1,5 @@
-"""Structure tags inside a running SGLang server (active only with a policy).
+"""Structure tags inside a running SGLang server (active only with a policy; targets declared in
+:mod:`.seam`).
 
 * Prompt (HTTP process): AFTER ``OpenAIServingChat._convert_to_internal_request`` tags the
   request as SGLang renders it (:func:`sglang_pask.rendering.render_chat`, the one rendering path
@@ -25,11 +26,6 @@ import uuid
 from sglang_pask.srt import tag_log
 
 logger = logging.getLogger("sglang_pask")
-
-_CONVERT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request"
-_ACCEPT = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar.accept_token"
-_ROLLBACK = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar.rollback"
-_RELEASE = "sglang.srt.mem_cache.common.release_kv_cache"
 
 _TRACKER_BY_DISPATCH = {"structural_tag": "qwen3_tools", "json": "json"}
 _DISABLED = False  # sentinel stored on a grammar whose tagging failed
@@ -80,7 +76,7 @@ def _segment(adapted, tags) -> int:
     from sglang_pask.srt.serving import active_config
 
     config = active_config()
-    if config is None or config.segment == "none":
+    if config is None or not config.rule.active:
         return 0
     seg = tags.segment_end
     if seg and config.radix:
@@ -149,12 +145,3 @@ def around_release(original, req, *args, **kwargs):
             "stable": tracker.stable,
         })
     return result
-
-
-def register_hooks() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(_CONVERT, after_convert, HookType.AFTER)
-    HookRegistry.register(_ACCEPT, around_accept, HookType.AROUND)
-    HookRegistry.register(_ROLLBACK, around_rollback, HookType.AROUND)
-    HookRegistry.register(_RELEASE, around_release, HookType.AROUND)
