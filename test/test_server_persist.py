@@ -166,6 +166,13 @@ def test_released_requests_held_budget_fraction(persist_server, client):
     state = _pask(persist_server)
     assert state["method"]["name"] == "pask" and state["method"]["budget"] == BUDGET
     assert state["method"]["schedule"] == "continuous"
+    # the policy was calibrated under prefill: --pask-schedule continuous is an override, said at
+    # start-up and in /server_info with every field's source
+    op = state["operating_point"]
+    assert op["schedule"] == {"value": "continuous", "source": "flag"} and op["overridden"] == {"schedule": "prefill"}
+    assert op["interval"]["source"] == "policy" and op["segment"] == {"value": "none", "source": "policy"}
+    assert ("sglang_pask: pask-tiny-fc.json overrides the policy's operating point: --pask-schedule continuous "
+            "(policy: prefill)") in persist_server.log()
     assert state["method"]["policy"]["name"] == json.loads(POLICY.read_text())["name"]
     pools = state["pools"]
     assert pools["full_size"] == MAX_TOTAL and pools["unit_size"] == math.ceil(BUDGET * MAX_TOTAL)
