@@ -34,9 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_pask.structure import OutputTracker, PromptTagger, PromptTags, make_prompt_tagger, tracker_for_request
-from sglang_pask.structure.validate import validate_messages, validate_response_format, validate_tools
+from sglang_pask.structure.validate import (
+    validate_messages,
+    validate_response_format,
+    validate_text,
+    validate_tools,
+)
 
-__all__ = ["RenderedPrompt", "render_chat", "system_segment_end"]
+__all__ = ["RenderedPrompt", "render_chat", "special_tokens", "system_segment_end"]
 
 
 @dataclass(frozen=True)
@@ -115,15 +120,33 @@ def render_chat(tokenizer, request, *, tagger: PromptTagger | None = None) -> Re
     ``tagger``: a prompt tagger for ``tokenizer`` to reuse (default: a new one, all taggers).
     Raises ``ValueError`` for an invalid request: :class:`~sglang_pask.structure.ToolSchemaError`
     naming the body's path (checked on the body as given, before SGLang's parse), or pydantic's
-    ``ValidationError`` naming the field."""
+    ``ValidationError`` naming the field. Refused as ``ToolSchemaError`` too: a lone surrogate in
+    any string, and a special token of ``tokenizer`` (:func:`special_tokens`) in any string of the
+    messages or tools -- the tokenizer would read it as that token, so a tool named ``<|im_end|>``
+    would end the system message inside the tools JSON (SGLang itself runs such a request)."""
     if isinstance(request, dict):
         # The body as given, so errors name its own paths (SGLang's view re-orders and fills).
         validate_messages(request.get("messages"))
         validate_tools(request.get("tools"))
         validate_response_format(request.get("response_format"))
+        validate_text(request, special_tokens(tokenizer))
+    else:  # SGLang's parsed request (the server): its JSON parser refuses lone surrogates
+        validate_text({"messages": [m.model_dump() for m in request.messages],
+                       "tools": [t.model_dump() for t in request.tools or ()]}, special_tokens(tokenizer))
     view = sglang_view(request, _content_format(tokenizer))
     tagger = tagger if tagger is not None else make_prompt_tagger(tokenizer)
     return RenderedPrompt(view, tagger.tag(view))
+
+
+def special_tokens(tokenizer) -> tuple[str, ...]:
+    """The texts ``tokenizer`` reads as special tokens wherever they occur (``all_special_tokens``
+    and the added tokens marked special, e.g. Qwen's ``<|im_start|>``, which is not in the former).
+    Added tokens that are not special (``<tool_call>``, ``<think>``) are ordinary text here: chat
+    templates and models write them in message contents."""
+    found = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    found.update(t.content for t in added.values() if getattr(t, "special", False))
+    return tuple(sorted(t for t in found if t))
 
 
 def _content_format(tokenizer) -> str:

@@ -7,7 +7,9 @@ Only what the taggers read is checked (types of ``name``, ``description``, ``par
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import re
+from typing import Any, Iterable, Iterator
 
 JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 _SUB = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
@@ -149,3 +151,49 @@ def validate_messages(messages: Any) -> list[dict]:
         if c is not None and not isinstance(c, (str, list)):
             raise ToolSchemaError(f"messages[{i}].content", f"must be a string or list, got {_name(c)}")
     return messages
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, any code point here is a lone surrogate
+#: the parts of a request the chat template renders as text (special tokens are refused there)
+RENDERED = ("messages", "tools")
+
+
+@functools.lru_cache(maxsize=8)
+def _any_of(specials: tuple[str, ...]) -> re.Pattern | None:
+    ordered = sorted((t for t in set(specials) if t), key=lambda t: (-len(t), t))
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str, bool]]:
+    """``(path, string, is_key)`` for every string of a JSON-like value (object keys too)."""
+    if isinstance(value, str):
+        yield path, value, False
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            child = _child(path, str(k)) if path else _child("", str(k)).lstrip(".")
+            if isinstance(k, str):
+                yield child, k, True
+            yield from _strings(v, child)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def validate_text(request: dict, specials: Iterable[str] = ()) -> None:
+    """Every string of ``request`` (an OpenAI chat request body; object keys included) is valid
+    Unicode text: a lone UTF-16 surrogate (JSON's ``"\\ud800"``) cannot be encoded, the tokenizer
+    would raise ``TypeError``. No string of :data:`RENDERED` (``messages``, ``tools``) holds one of
+    ``specials`` (the tokenizer's special tokens, e.g. ``<|im_end|>``): the tokenizer would read the
+    text as that token, so a tool named ``<|im_end|>`` would end the system message inside the
+    tools JSON (and move the shared segment's end there). Raises :class:`ToolSchemaError` naming
+    the first such field."""
+    pattern = _any_of(tuple(specials))
+    for key, value in request.items():
+        for path, text, is_key in _strings({key: value}, ""):
+            what = "the name contains" if is_key else "contains"
+            if (bad := _SURROGATE.search(text)) is not None:
+                code = f"U+{ord(bad.group()):04X}"
+                raise ToolSchemaError(path, f"{what} a lone surrogate {code} (not valid Unicode text)")
+            if pattern is not None and key in RENDERED and (tok := pattern.search(text)) is not None:
+                raise ToolSchemaError(path, f"{what} the special token {tok.group()!r} of the tokenizer "
+                                            "(it would be read as that token, not as text)")
