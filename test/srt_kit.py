@@ -60,7 +60,6 @@ class Rig:
     def __init__(self, config, full_size: int = 256, unit_size: Optional[int] = None, rows: int = 8,
                  context: int = 256, radix: bool = False):
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-
         from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
 
         self.config = config
@@ -76,7 +75,6 @@ class Rig:
     def _tree(self):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
         from sglang_pask.srt.radix_cache import PaskRadixCache
         from sglang_pask.srt.radix_tags import PaskFullComponent
 
@@ -96,7 +94,6 @@ class Rig:
         """A real SGLang ``Req`` with the plugin's tags action (classes of its prompt, its segment end)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
-
         from sglang_pask.srt.request_tags import attach
 
         carrier = SimpleNamespace(rid=rid, kv_hints=None)
@@ -137,7 +134,8 @@ class Rig:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        return int(self.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", ids), extra_key))).device_prefix_len)
+        match = self.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", ids), extra_key)))
+        return int(match.device_prefix_len)
 
     def _match(self, req) -> None:
         """SGLang's admission match (``match_kv_cache``): the prefix the tree holds for the

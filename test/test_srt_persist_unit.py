@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("sglang")
-from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
-
 from sglang_pask.methods.base import CacheView  # noqa: E402
 from sglang_pask.srt import persist  # noqa: E402
 from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request, record_release  # noqa: E402
 from sglang_pask.srt.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import server_methods  # noqa: E402
+from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 PROMPT = 40
 
@@ -69,7 +68,7 @@ def test_compress_keeps_the_methods_set_and_frees_the_rest(method, schedule):
         available = rig.alloc.unit_available_sizes()
         freed = compress_request(req, rig.req_to_token, rig.alloc, config)
         after = rig.held(req)
-        for u, (b, e, a) in enumerate(zip(before, expect, after)):
+        for u, (e, a) in enumerate(zip(expect, after)):
             assert np.array_equal(a, e), f"step {step} unit {u}: held {a.tolist()}, the method keeps {e.tolist()}"
         dropped = [len(b) - len(a) for b, a in zip(before, after)]
         assert freed == sum(dropped)

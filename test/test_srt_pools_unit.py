@@ -15,9 +15,8 @@ import pytest
 import torch
 
 pytest.importorskip("sglang")
-from srt_kit import NUM_LAYERS  # noqa: E402
-
 from sglang_pask.srt.pools import PaskAllocator, PaskKVPool, unit_size_for  # noqa: E402
+from srt_kit import NUM_LAYERS  # noqa: E402
 
 UNITS = [[0, 1], [2, 3]]
 FULL, SLOTS = 16, 8
