@@ -41,7 +41,7 @@ from sglang_pask.structure.validate import (
     validate_tools,
 )
 
-__all__ = ["RenderedPrompt", "render_chat", "special_tokens", "system_segment_end"]
+__all__ = ["RenderedPrompt", "render_chat", "special_tokens", "system_segment_end", "validate_request_text"]
 
 
 @dataclass(frozen=True)
@@ -129,13 +129,22 @@ def render_chat(tokenizer, request, *, tagger: PromptTagger | None = None) -> Re
         validate_messages(request.get("messages"))
         validate_tools(request.get("tools"))
         validate_response_format(request.get("response_format"))
-        validate_text(request, special_tokens(tokenizer))
-    else:  # SGLang's parsed request (the server): its JSON parser refuses lone surrogates
-        validate_text({"messages": [m.model_dump() for m in request.messages],
-                       "tools": [t.model_dump() for t in request.tools or ()]}, special_tokens(tokenizer))
+    validate_request_text(tokenizer, request)
     view = sglang_view(request, _content_format(tokenizer))
     tagger = tagger if tagger is not None else make_prompt_tagger(tokenizer)
     return RenderedPrompt(view, tagger.tag(view))
+
+
+def validate_request_text(tokenizer, request) -> None:
+    """Raise :class:`~sglang_pask.structure.ToolSchemaError` (one line naming the field) for a lone
+    surrogate in any string of ``request`` (a body, or SGLang's ``ChatCompletionRequest``, whose
+    JSON parser already refuses them) or a special token of ``tokenizer`` in its messages or tools
+    (:func:`~sglang_pask.structure.validate.validate_text`). :func:`render_chat` calls it; a server
+    hook on SGLang's request validation can call it to answer 400 before SGLang renders."""
+    if not isinstance(request, dict):
+        request = {"messages": [m.model_dump() for m in request.messages],
+                   "tools": [t.model_dump() for t in request.tools or ()]}
+    validate_text(request, special_tokens(tokenizer))
 
 
 def special_tokens(tokenizer) -> tuple[str, ...]:
