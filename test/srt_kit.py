@@ -9,6 +9,7 @@ drive the plugin's bookkeeping with.
 from __future__ import annotations
 
 from array import array
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
@@ -29,6 +30,14 @@ def serving_config(method: Optional[str] = None, budget: Optional[float] = 0.33,
     overrides = {"segment": segment, **{k: v for k, v in kw.items() if v is not None}}
     return build_config(str(POLICY), ServingFlags(method=method, budget=budget, overrides=overrides, radix=radix,
                                                   kept_log=kept_log))
+
+
+@lru_cache(maxsize=1)
+def tokenizer():
+    """The tiny model's tokenizer (the scheduler tags a request's output through it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ROOT / "models" / "pask-tiny-fc"))
 
 
 def reset_counters() -> None:
@@ -103,6 +112,7 @@ class Rig:
                   sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
                   kv_hints=carrier.kv_hints)
         req.output_ids = array("q")
+        req.tokenizer = tokenizer()
         req.lock = None
         return req
 
@@ -151,7 +161,7 @@ class Rig:
         req.kv.cache_protected_len = n
         req.kv.kv_committed_len = req.kv.kv_allocated_len = n
 
-    def decode(self, req, token: int = 7) -> None:
+    def decode(self, req, token: int = 90) -> None:
         """One decode step: the last sampled token's KV gets a full id (and a slot per unit)."""
         ids = self.alloc.alloc(1)
         assert ids is not None, "the tiny pools are full"
@@ -199,8 +209,23 @@ class Rig:
         lists = [self.alloc.free_pages, *(a.free_pages for a in self.alloc.units)]
         return all(torch.unique(f).numel() == f.numel() for f in lists)
 
-    def idle(self) -> bool:
-        """Every full id, every unit slot free, every mapping zero."""
-        return (self.alloc.full_available_size() == self.alloc.size
-                and self.alloc.unit_available_sizes() == [self.pool.unit_size] * len(self.pool.units)
-                and int(self.pool.mapping.count_nonzero()) == 0 and self.free_lists_unique())
+    def leaks(self) -> list[str]:
+        """What is not back at idle: full ids or unit slots still taken (leaked) or free more than
+        once (freed twice), mappings not cleared. Empty: idle."""
+        out = []
+        a, size = self.alloc, self.pool.unit_size
+        if a.full_available_size() != a.size:
+            out.append(f"full ids: {a.full_available_size()} of {a.size} free")
+        for u, (free, x) in enumerate(zip(a.unit_available_sizes(), a.units)):
+            if free != size:
+                out.append(f"unit {u}: {free} of {size} slots free ({'leaked' if free < size else 'freed twice'})")
+            if torch.unique(x.free_pages).numel() != x.free_pages.numel():
+                out.append(f"unit {u}: a slot is on the free list twice")
+        mapped = (self.pool.mapping > 0).sum(dim=1).tolist()
+        if any(mapped):
+            out.append(f"mapping not cleared: {mapped} full ids still mapped per unit")
+        return out
+
+    def assert_idle(self) -> None:
+        problems = self.leaks()
+        assert not problems, "; ".join(problems)

@@ -87,7 +87,7 @@ def test_compress_keeps_the_methods_set_and_frees_the_rest(method, schedule):
     else:
         assert compressions == (1 if schedule == "prefill" else 5) and rig.alloc.dropped_total > 0
     rig.release(req)
-    assert rig.idle(), rig.alloc.stats()
+    rig.assert_idle()
 
 
 def test_tree_owned_prefix_is_never_dropped():
@@ -136,7 +136,7 @@ def test_two_requests_compress_independently_and_balance():
     assert all(np.array_equal(x, y) for x, y in zip(rig.held(b), kept_b))
     assert rig.alloc.unit_slots_in_use() == [len(h) for h in kept_b]
     rig.release(b)
-    assert rig.idle(), rig.alloc.stats()
+    rig.assert_idle()
 
 
 def test_compress_batch_clears_batch_is_full_and_counts_errors():
@@ -183,4 +183,4 @@ def test_record_release_and_kept_log(tmp_path):
     assert len(logged) == 1 and logged[0]["rid"] == "rec" and logged[0]["step"] == 0
     assert {int(u): len(k) for u, k in logged[0]["kept"].items()} == {0: held[0] - 1, 1: held[1] - 1}
     rig.release(req)
-    assert rig.idle()
+    rig.assert_idle()

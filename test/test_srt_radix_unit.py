@@ -122,7 +122,7 @@ def test_publish_cut_share_release_evict(use_config):
     rig.tree.evict(EvictParams(num_tokens=S))
     assert rig.tree.stats()["nodes"] == 0
     assert rig.alloc.available_size() == available + promised
-    assert rig.idle(), rig.alloc.stats()
+    rig.assert_idle()
 
 
 def test_eviction_under_pressure_frees_unit_slots(use_config):
@@ -144,7 +144,7 @@ def test_eviction_under_pressure_frees_unit_slots(use_config):
         assert _balanced(rig), (i, rig.alloc.stats(), rig.tree.stats())
     assert segments.COUNTERS["segments_compressed"] == 8 and rig.tree.stats()["nodes"] < 8  # some evicted
     rig.tree.evict(EvictParams(num_tokens=rig.alloc.size))
-    assert rig.idle(), rig.alloc.stats()
+    rig.assert_idle()
 
 
 def test_another_policy_never_matches(use_config):

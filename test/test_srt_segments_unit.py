@@ -83,7 +83,7 @@ def test_cut_keeps_the_rules_positions_for_every_sharer(method, segment_budget):
                                                     segment_kept_units(reqs[2], config)))
     for req in reqs:
         rig.release(req)
-    assert rig.idle(), rig.alloc.stats()
+    rig.assert_idle()
 
 
 def test_full_prefill_cuts_after_the_whole_prompt():
@@ -100,7 +100,7 @@ def test_full_prefill_cuts_after_the_whole_prompt():
     for g, e in zip(_segment_held(rig, req), _expected(config)):
         assert np.array_equal(g, e)
     rig.release(req)
-    assert rig.idle()
+    rig.assert_idle()
 
 
 @pytest.mark.parametrize("own_budget", [None, 0.5, 1.0])
@@ -129,4 +129,4 @@ def test_compression_drops_own_positions_only(own_budget):
         rig.decode(req)
     assert (dropped == 0) == (own_budget == 1.0)
     rig.release(req)
-    assert rig.idle()
+    rig.assert_idle()
