@@ -2,30 +2,34 @@
 
 Runs SGLang's own ``sglang.launch_server`` with every flag forwarded untouched; the plugin (loaded
 by SGLang through its entry point) adds ``--pask-policy``. The CPU shim is activated first, so this
-also works from an interpreter that was not started from the project venv's ``.pth``.
+also works from an interpreter that was not started from the project venv's ``.pth``. Before any
+of that, the plugin's seam is checked against the installed SGLang (``python -m
+sglang_pask.srt.seam``, well under a second): a version or a hook target that does not fit is
+refused with one line, exit status 1.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
+import subprocess
 import sys
 import warnings
 
-#: set by this launcher, inherited by the server's child processes (:func:`child_ignores_ctrl_c`)
-ENV_LAUNCHER = "SGLANG_PASK_LAUNCHER"
+from sglang_pask.process import ENV_LAUNCHER
 
 
-def child_ignores_ctrl_c() -> None:
-    """In a child process of this launcher (the plugin calls this in every process): ignore SIGINT.
-    Ctrl-C in a terminal reaches the whole process group; the launcher alone handles it (SGLang's
-    shutdown then kills its children by PID), so the scheduler and detokenizer no longer die
-    mid-loop printing KeyboardInterrupt tracebacks."""
-    import multiprocessing
-    import signal
-
-    if os.environ.get(ENV_LAUNCHER) == "1" and multiprocessing.parent_process() is not None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _seam_error() -> str | None:
+    """The plugin's pre-flight, before SGLang is imported (that alone takes seconds): the
+    installed SGLang is the version the plugin is written for, and every SGLang name its seam
+    declares resolves in the installed sources. Run as its own process: ``srt`` (the plugin) is
+    loaded by SGLang, never imported by the launcher."""
+    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.seam"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode == 0:
+        return None
+    lines = r.stderr.strip().splitlines()
+    return lines[-1] if lines else f"error: sglang_pask: the seam check exited with {r.returncode}"
 
 
 def _path_error(argv: list[str]) -> str | None:
@@ -46,6 +50,9 @@ def main() -> None:
     if err := _path_error(sys.argv[1:]):
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if err := _seam_error():
+        print(err, file=sys.stderr)
+        sys.exit(1)
     from sglang_pask.cpu_shim import activate
 
     activate()

@@ -1,4 +1,5 @@
-"""Short request errors (HTTP process; active only with a policy, like every other hook).
+"""Short request errors (HTTP process; active only with a policy, like every other hook; the
+target is declared in :mod:`.seam`).
 
 SGLang answers a tool whose ``parameters`` is not a valid JSON Schema with HTTP 400 and
 ``str(jsonschema.SchemaError)``: the useful first line, then a 15-30 line dump of the
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-_VALIDATE = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._validate_request"
 _LOCATION = re.compile(r"^On (schema\S*?):?$", re.M)
 
 
@@ -27,9 +27,3 @@ def short_schema_error(message: str) -> str:
 
 def after_validate(result, *args, **kwargs):
     return short_schema_error(result) if isinstance(result, str) else result
-
-
-def register_hooks() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(_VALIDATE, after_validate, HookType.AFTER)

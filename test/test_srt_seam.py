@@ -1,0 +1,188 @@
+"""The seam (srt/seam.py): one place declares every hook, registration, subclass and attribute
+stamp on SGLang; the launcher refuses a plugin that does not fit the installed SGLang.
+
+* the declarations cover the code: no ``HookRegistry.register`` / backend registration /
+  ``apply_hooks`` outside the seam, every ``pask`` attribute the plugin stamps is declared;
+* every declared name resolves in the installed SGLang, statically (the launcher's pre-flight)
+  and at run time (applied in a fresh process: every hook installed, the backend registered);
+* a failure at run time stops the process that loads the plugin through SGLang's own
+  ``load_plugins`` (which swallows ``Exception``): exit 1 with one line naming the target;
+* the launcher refuses an unresolved target and another SGLang version in under 5 s, exit 1,
+  one stderr line naming the target / both versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+from sglang_pask.srt import seam
+
+SRC = ROOT / "python" / "sglang_pask"
+MODEL = ROOT / "models" / "tiny-random-qwen3"
+POLICY = ROOT / "policies" / "tiny-random-qwen3.prior.json"
+BOGUS = "sglang.srt.managers.scheduler.Scheduler.pask_no_such_method"
+#: the issue's bound on a refusal, for the launcher as the user runs it
+REFUSAL_S = 5.0
+
+
+def _sources() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(SRC.rglob("*.py"))}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (seam.ENV_TEST_TARGET, seam.ENV_TEST_VERSION, seam.ENV_ALLOW_VERSION)}
+    return {**env, **extra}
+
+
+# --- the declarations cover the code --------------------------------------------------------
+
+def _calls(text: str) -> list[tuple[int, str]]:
+    """(line, callee) of every call in ``text`` (parsed: docstrings do not count)."""
+    return [(n.lineno, ast.unparse(n.func)) for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)]
+
+
+def test_nothing_registers_with_sglang_outside_the_seam():
+    names = ("HookRegistry.register", "apply_hooks", "register_radix_cache_backend", "plugin_hook")
+    bad = [f"{path}:{line}: {callee}(...)" for path, text in _sources().items() if not path.endswith("srt/seam.py")
+           for line, callee in _calls(text) if callee.endswith(names)]
+    assert not bad, "registrations outside srt/seam.py:\n" + "\n".join(bad)
+    assert any(c == "HookRegistry.register" for _l, c in _calls((SRC / "srt" / "seam.py").read_text()))
+
+
+def test_every_stamped_attribute_is_declared():
+    stamped = {m.group(1) for path, text in _sources().items() if "/srt/" in path
+               for m in re.finditer(r"\b\w+\.(_?pask_\w+)\s*=(?!=)", text)}
+    declared = {d.name for d in seam.DECLARED if isinstance(d, seam.Stamp)}
+    assert stamped, "the scan found no stamp: the pattern is wrong"
+    assert stamped <= declared, f"stamped but not declared in the seam: {sorted(stamped - declared)}"
+
+
+def test_declarations_are_data():
+    hooks = [d for d in seam.DECLARED if isinstance(d, seam.Hook)]
+    assert {d.group for d in seam.DECLARED} == {seam.ALWAYS, seam.PASK}
+    assert {d.target.rsplit(".", 1)[1] for d in hooks if d.group == seam.ALWAYS} == {"add_cli_args", "from_cli_args"}
+    assert all(d.kind in ("before", "after", "around", "replace") for d in hooks)
+    assert len({(d.target, d.hook) for d in hooks}) == len(hooks), "a hook declared twice"
+    with pytest.raises(AttributeError):
+        hooks[0].target = "x"  # frozen
+    assert any(isinstance(d, seam.Registration) and d.name == seam.RADIX_BACKEND for d in seam.DECLARED)
+
+
+# --- everything resolves in the installed SGLang ------------------------------------------
+
+def test_preflight_passes_on_the_installed_sglang(monkeypatch):
+    for var in (seam.ENV_TEST_TARGET, seam.ENV_TEST_VERSION, seam.ENV_ALLOW_VERSION):
+        monkeypatch.delenv(var, raising=False)
+    assert seam.installed_version() == seam.SGLANG_VERSION
+    assert seam.preflight() is None
+    for d in seam.DECLARED:
+        for name in d.names():
+            assert seam.static_error(name) is None, name
+
+
+def test_the_static_check_names_what_is_missing():
+    assert seam.static_error(BOGUS) == (
+        "sglang.srt.managers.scheduler.Scheduler has no attribute 'pask_no_such_method' "
+        "(sglang.srt.managers.scheduler)")
+    assert seam.static_error("sglang.srt.server_args.ServerArgs.nope").startswith(
+        "sglang.srt.server_args.ServerArgs has no attribute 'nope'")  # a class rebound by msgspec
+    assert seam.static_error("sglang.srt.no_such_module.f") == "no module sglang.srt.no_such_module"
+    # a re-export is followed to its definition
+    assert seam.static_error("sglang.srt.managers.scheduler.ScheduleBatch.maybe_evict_swa") is None
+    assert seam.static_error("sglang.srt.managers.scheduler.ScheduleBatch.nope").startswith(
+        "sglang.srt.managers.schedule_batch.ScheduleBatch has no attribute 'nope'")
+
+
+def test_version(monkeypatch):
+    monkeypatch.delenv(seam.ENV_ALLOW_VERSION, raising=False)
+    monkeypatch.setenv(seam.ENV_TEST_VERSION, "0.5.22")
+    assert seam.version_error() == (f"SGLang 0.5.22 is installed, the plugin is written for SGLang "
+                                    f"{seam.SGLANG_VERSION} (set {seam.ENV_ALLOW_VERSION}=1 to start anyway)")
+    monkeypatch.setenv(seam.ENV_ALLOW_VERSION, "1")
+    assert seam.version_error() is None and seam.preflight() is None
+
+
+def _run(code: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_applied_in_a_fresh_process_everything_is_in_place():
+    """Both groups applied as the plugin does (its own apply + check), then each declaration
+    checked again here: every hook function is in the wrapper chain at its target, the backend
+    reads back as ours, every subclass and stamp holds."""
+    code = (
+        "from sglang_pask.srt import seam\n"
+        "seam.apply(seam.ALWAYS); seam.apply(seam.PASK)\n"
+        "bad = [(d, seam.check(d)) for d in seam.declared() if seam.check(d)]\n"
+        "assert not bad, bad\n"
+        "from sglang.srt.mem_cache.registry import get_radix_cache_factory\n"
+        "from sglang_pask.srt.radix_cache import pask_radix_cache_factory\n"
+        "assert get_radix_cache_factory(seam.RADIX_BACKEND) is pask_radix_cache_factory\n"
+        "from sglang.srt.mem_cache import common\n"
+        "from sglang_pask.srt import persist_hooks, tag_hooks\n"
+        "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', persist_hooks.around_release)\n"
+        "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', tag_hooks.around_release)\n"
+        "assert not seam._installed('sglang.srt.mem_cache.common.release_kv_cache', seam._noop_after)\n"
+        "print('ok', len(seam.declared()))\n"
+    )
+    r = _run(code, _env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["ok", str(len(seam.DECLARED))]
+
+
+def test_a_child_process_stops_loudly():
+    """What a scheduler or detokenizer does first: SGLang's ``load_plugins()`` (which logs and
+    swallows an ``Exception`` from a plugin). With a policy inherited and an unresolvable target,
+    the process exits 1 with the target named on its last stderr line."""
+    code = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('not reached')\n"
+    r = _run(code, _env(SGLANG_PASK_POLICY=str(POLICY), **{seam.ENV_TEST_TARGET: f"pask:{BOGUS}"}))
+    assert r.returncode == 1 and "not reached" not in r.stdout, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: sglang_pask: SGLang target {BOGUS} does not resolve: "
+        "sglang.srt.managers.scheduler.Scheduler has no attribute 'pask_no_such_method'")
+
+
+# --- the launcher refuses, fast, with one line ------------------------------------------------
+
+def _launch(env: dict) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = [sys.executable, "-m", "sglang_pask.launch_server", "--model-path", str(MODEL),
+           "--pask-policy", str(POLICY), "--max-total-tokens", "4096", "--port", "1"]
+    t = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return r, time.monotonic() - t
+
+
+@pytest.mark.parametrize("group", [seam.PASK, seam.ALWAYS])
+def test_the_launcher_refuses_an_unresolved_target(group):
+    r, took = _launch(_env(**{seam.ENV_TEST_TARGET: f"{group}:{BOGUS}"}))
+    print(f"refused an unresolved {group} target in {took:.2f} s")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"error: sglang_pask: SGLang target {BOGUS} does not resolve: sglang.srt.managers.scheduler.Scheduler "
+        "has no attribute 'pask_no_such_method' (sglang.srt.managers.scheduler)"], r.stderr[-2000:]
+    assert took < REFUSAL_S
+
+
+def test_the_launcher_refuses_another_sglang_version():
+    r, took = _launch(_env(**{seam.ENV_TEST_VERSION: "0.5.22"}))
+    print(f"refused SGLang 0.5.22 in {took:.2f} s")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"error: sglang_pask: SGLang 0.5.22 is installed, the plugin is written for SGLang {seam.SGLANG_VERSION} "
+        f"(set {seam.ENV_ALLOW_VERSION}=1 to start anyway)"], r.stderr[-2000:]
+    assert took < REFUSAL_S
+
+
+def test_the_seam_as_a_command():
+    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.seam"], env=_env(), capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
