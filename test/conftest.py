@@ -12,9 +12,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"
 DEFAULT_POLICY = ROOT / "policies" / "tiny-random-qwen3.prior.json"
+TINY_FC = ROOT / "models" / "pask-tiny-fc"
+#: every session server sleeps when idle: an idle SGLang scheduler otherwise spins a whole core
+#: for the rest of the session (on 2 cores, half the machine)
+SLEEP = ["--sleep-on-idle"]
 
 
-_SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server")
+_SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server", "fc_server")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
         path = str(item.path)
         if path not in starts:
             starts[path] = any(w in Path(path).read_text(encoding="utf-8") for w in _SERVER_WORDS)
-        if "pask_server" in getattr(item, "fixturenames", ()) or starts[path]:
+        if {"pask_server", "fc_server"} & set(getattr(item, "fixturenames", ())) or starts[path]:
             item.add_marker(pytest.mark.server)
 
 
@@ -46,9 +50,20 @@ def pask_server(tmp_path_factory):
     from sglang_pask.testing import running_server
 
     tag_log = tmp_path_factory.mktemp("tag-log")
-    args = ["--pask-policy", str(DEFAULT_POLICY), "--pask-tag-log", str(tag_log)]
+    args = ["--pask-policy", str(DEFAULT_POLICY), "--pask-tag-log", str(tag_log), *SLEEP]
     with running_server(str(TINY_RANDOM), args) as srv:
         srv.tag_log = str(tag_log)
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def fc_server():
+    """A stock server of the trained tiny model, as ``make serve`` starts it (no policy; the test
+    kit's default flags: ``--max-total-tokens 65536``, the qwen tool parser), shared by every
+    module that only needs one to answer (README examples, the model's calls, stock SGLang)."""
+    from sglang_pask.testing import running_server
+
+    with running_server(str(TINY_FC), ["--skip-server-warmup", *SLEEP]) as srv:
         yield srv
 
 
@@ -75,3 +90,4 @@ def run_python(*args: str, env: dict | None = None, timeout: float = 120):
         [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})}, cwd=ROOT,
     )
+

@@ -36,18 +36,10 @@ def test_examples_are_marked():
     assert any(ADDRESS in code for *_, code in BLOCKS)  # the openai example
 
 
-@pytest.fixture(scope="module")
-def default_server():
-    from sglang_pask.testing import running_server
-
-    with running_server(str(ROOT / "models" / "pask-tiny-fc"), ["--sleep-on-idle"]) as srv:
-        yield srv
-
-
 @pytest.mark.parametrize("where, expects, kind, code", BLOCKS, ids=[b[0] for b in BLOCKS])
 def test_readme_example(where, expects, kind, code, tmp_path, request):
     if ADDRESS in code:
-        srv = request.getfixturevalue("default_server")
+        srv = request.getfixturevalue("fc_server")  # the stock server `make serve` starts (conftest)
         code = code.replace(ADDRESS, f"127.0.0.1:{srv.port}")
     code = code.replace("runs/", f"{tmp_path}/runs/")
     script = tmp_path / ("example.sh" if kind == "bash" else "example.py")

@@ -19,8 +19,8 @@ message -- compressed once):
 * accounting: after load with prefix hits, evictions (a KV memory far smaller than the distinct
   tools blocks) and aborted streams, every unit slot and full id is either free or in the tree
   (counters back to idle), SGLang's strict idle leak check never fired, the server still serves;
-* a node stamped under another policy, method or budget is never a match (unit test of the
-  FULL component's validator).
+* (a node stamped under another policy, method or budget is never a match, the tree's
+  publish/cut/share/evict bookkeeping: test_srt_radix_unit.py, on CPU without a server).
 
 The request data are train and calib entries (building and testing; never eval).
 """
@@ -32,7 +32,6 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
@@ -299,8 +298,8 @@ def test_own_budget_matches_the_runner(servers):
 
 
 def test_accounting_after_hits_evictions_and_aborts():
-    """A KV memory of 1536 full ids (507 slots per unit at 0.33) against 20 distinct tools blocks,
-    each asked twice, and 8 streams closed after their first chunk, all at once: the tree must
+    """A KV memory of 1536 full ids (507 slots per unit at 0.33) against 15 distinct tools blocks,
+    each asked twice, and 6 streams closed after their first chunk, all at once: the tree must
     evict; afterwards every full id and unit slot is free or in the tree."""
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.tiny.examples import request_body
@@ -308,7 +307,7 @@ def test_accounting_after_hits_evictions_and_aborts():
     args = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--pask-budget", str(BUDGET),
             "--max-total-tokens", "1536",
             "--skip-server-warmup", *SLEEP]
-    bodies = [request_body(e)[0] for e in generate("calib", 40, profile="tiny", group=2)]
+    bodies = [request_body(e)[0] for e in generate("calib", 30, profile="tiny", group=2)]
     with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
         client = _client(srv)
         errors, lock = [], threading.Lock()
@@ -336,41 +335,14 @@ def test_accounting_after_hits_evictions_and_aborts():
         assert not errors, errors
         state = _wait_balanced(srv)
         seg = state["segments"]
-        print(f"after {len(jobs)} requests on 20 tools blocks: tree {state['tree']}, pools unit_available "
+        print(f"after {len(jobs)} requests on 15 tools blocks: tree {state['tree']}, pools unit_available "
               f"{state['pools']['unit_available']} of {state['pools']['unit_size']}, segments {seg}")
         assert _balanced(state), state
         # evictions happened: more segments were computed than the tree holds, and some twice
-        assert state["tree"]["nodes"] < 20 and seg["segments_compressed"] > state["tree"]["nodes"], state
+        assert state["tree"]["nodes"] < 15 and seg["segments_compressed"] > state["tree"]["nodes"], state
         assert state["compression"]["errors"] == 0
         log = srv.log()
         for text in LEAK_TEXTS:
             assert text not in log, f"{text!r} in the server log"
         assert srv.proc.poll() is None
         assert _call(client, bodies[0]).choices[0].message.tool_calls  # still serves
-
-
-def test_validator_refuses_other_stamps(monkeypatch):
-    """A node is a match only with the server's stamp (policy hash, method, budget)."""
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang_pask.srt import radix_tags, serving
-
-    def build(method=None, budget=BUDGET, **rule):
-        return serving.build_config(str(POLICY), serving.ServingFlags(
-            method=method, budget=budget, overrides={"segment": "system", **rule}, radix=True))
-
-    config = build()
-    monkeypatch.setattr(serving, "active_config", lambda: config)
-    comp = radix_tags.PaskFullComponent.__new__(radix_tags.PaskFullComponent)
-    comp.component_type = ComponentType.FULL
-    monkeypatch.setattr(radix_tags.FullComponent, "create_match_validator",
-                        lambda self, match_device_only=False: (lambda node: True))
-    valid = comp.create_match_validator()
-
-    def node(stamp):
-        data = [SimpleNamespace(metadata={} if stamp is None else {radix_tags.SEGMENT_KEY: stamp})] * 5
-        return SimpleNamespace(component_data=data)
-
-    others = [build(budget=0.5), build(segment_budget=0.2), build(method="streaming")]
-    assert len({config.stamp, *(o.stamp for o in others)}) == 4
-    assert valid(node(config.stamp))
-    assert not valid(node(None)) and not any(valid(node(o.stamp)) for o in others)

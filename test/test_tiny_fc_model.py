@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from conftest import ROOT
 from sglang_pask import cli
 
@@ -38,14 +37,6 @@ def test_tokenizer_loads_in_transformers_and_xgrammar():
     for special in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
         ids = tok(special, add_special_tokens=False)["input_ids"]
         assert len(ids) == 1, special  # one token each: the tool parser and the trackers rely on it
-
-
-@pytest.fixture(scope="module")
-def fc_server():
-    from sglang_pask.testing import running_server
-
-    with running_server(str(MODEL), ["--skip-server-warmup"]) as srv:
-        yield srv
 
 
 def test_constrained_calls_through_the_server(fc_server, tmp_path):
