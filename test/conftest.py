@@ -91,3 +91,14 @@ def run_python(*args: str, env: dict | None = None, timeout: float = 120):
         env={**os.environ, **(env or {})}, cwd=ROOT,
     )
 
+
+REAL_MODEL = ROOT / "models" / "qwen2.5-coder-0.5b-instruct"
+
+
+def pytest_runtest_setup(item):
+    """A ``real_model`` test skips, in one line naming the make target, until the folder is built."""
+    if item.get_closest_marker("real_model"):
+        from sglang_pask.realmodel.folder import complete
+
+        if not complete(REAL_MODEL):
+            pytest.skip("needs models/qwen2.5-coder-0.5b-instruct: run `make real-model`")

@@ -34,8 +34,9 @@ FAMILIES = (
     Family("qwen3-coder", ("qwen3", "qwen3_moe"), "qwen3_coder", "<function="),
     # Qwen3 (the project's tiny models too): <tool_call>{"name": ..., "arguments": ...}</tool_call>
     Family("qwen3", ("qwen3", "qwen3_moe"), "qwen", "<tool_call>"),
-    # Qwen2.5 / Qwen2.5-Coder instruct: the same <tool_call> JSON, SGLang's parser named for them
-    Family("qwen2.5", ("qwen2", "qwen2_moe"), "qwen25", "<tool_call>"),
+    # Qwen2.5 / Qwen2.5-Coder instruct: the same <tool_call> JSON. SGLang 0.5.23 deprecates the name
+    # 'qwen25' (it maps it to 'qwen', the same Qwen25Detector), so the table names the current one
+    Family("qwen2.5", ("qwen2", "qwen2_moe"), "qwen", "<tool_call>"),
     Family("llama3", ("llama",), "llama3", "<|python_tag|>"),
     Family("mistral", ("mistral",), "mistral", "[TOOL_CALLS]"),
 )
