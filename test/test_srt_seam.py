@@ -3,8 +3,8 @@ stamp on SGLang; the launcher refuses a plugin that does not fit the installed S
 
 * the declarations cover the code: no ``HookRegistry.register`` / backend registration /
   ``apply_hooks`` outside the seam, every ``pask`` attribute the plugin stamps is declared;
-* every declared name resolves in the installed SGLang, statically (the launcher's pre-flight)
-  and at run time (applied in a fresh process: every hook installed, the backend registered);
+* every declared name resolves in the installed SGLang, statically (the launcher's pre-flight,
+  srt/preflight.py) and at run time (applied in a fresh process: every hook installed, the backend registered);
 * a failure at run time stops the process that loads the plugin through SGLang's own
   ``load_plugins`` (which swallows ``Exception``): exit 1 with one line naming the target;
 * the launcher refuses an unresolved target and another SGLang version in under 5 s, exit 1,
@@ -22,7 +22,7 @@ import time
 
 import pytest
 from conftest import ROOT
-from sglang_pask.srt import seam
+from sglang_pask.srt import preflight, seam
 
 SRC = ROOT / "python" / "sglang_pask"
 MODEL = ROOT / "models" / "tiny-random-qwen3"
@@ -82,22 +82,22 @@ def test_preflight_passes_on_the_installed_sglang(monkeypatch):
     for var in (seam.ENV_TEST_TARGET, seam.ENV_TEST_VERSION, seam.ENV_ALLOW_VERSION):
         monkeypatch.delenv(var, raising=False)
     assert seam.installed_version() == seam.SGLANG_VERSION
-    assert seam.preflight() is None
+    assert preflight.preflight() is None
     for d in seam.DECLARED:
         for name in d.names():
-            assert seam.static_error(name) is None, name
+            assert preflight.static_error(name) is None, name
 
 
 def test_the_static_check_names_what_is_missing():
-    assert seam.static_error(BOGUS) == (
+    assert preflight.static_error(BOGUS) == (
         "sglang.srt.managers.scheduler.Scheduler has no attribute 'pask_no_such_method' "
         "(sglang.srt.managers.scheduler)")
-    assert seam.static_error("sglang.srt.server_args.ServerArgs.nope").startswith(
+    assert preflight.static_error("sglang.srt.server_args.ServerArgs.nope").startswith(
         "sglang.srt.server_args.ServerArgs has no attribute 'nope'")  # a class rebound by msgspec
-    assert seam.static_error("sglang.srt.no_such_module.f") == "no module sglang.srt.no_such_module"
+    assert preflight.static_error("sglang.srt.no_such_module.f") == "no module sglang.srt.no_such_module"
     # a re-export is followed to its definition
-    assert seam.static_error("sglang.srt.managers.scheduler.ScheduleBatch.maybe_evict_swa") is None
-    assert seam.static_error("sglang.srt.managers.scheduler.ScheduleBatch.nope").startswith(
+    assert preflight.static_error("sglang.srt.managers.scheduler.ScheduleBatch.maybe_evict_swa") is None
+    assert preflight.static_error("sglang.srt.managers.scheduler.ScheduleBatch.nope").startswith(
         "sglang.srt.managers.schedule_batch.ScheduleBatch has no attribute 'nope'")
 
 
@@ -107,7 +107,7 @@ def test_version(monkeypatch):
     assert seam.version_error() == (f"SGLang 0.5.22 is installed, the plugin is written for SGLang "
                                     f"{seam.SGLANG_VERSION} (set {seam.ENV_ALLOW_VERSION}=1 to start anyway)")
     monkeypatch.setenv(seam.ENV_ALLOW_VERSION, "1")
-    assert seam.version_error() is None and seam.preflight() is None
+    assert seam.version_error() is None and preflight.preflight() is None
 
 
 def _run(code: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -182,7 +182,7 @@ def test_the_launcher_refuses_another_sglang_version():
     assert took < REFUSAL_S
 
 
-def test_the_seam_as_a_command():
-    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.seam"], env=_env(), capture_output=True,
+def test_the_preflight_as_a_command():
+    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.preflight"], env=_env(), capture_output=True,
                        text=True, timeout=60, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

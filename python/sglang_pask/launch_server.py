@@ -4,7 +4,7 @@ Runs SGLang's own ``sglang.launch_server`` with every flag forwarded untouched; 
 by SGLang through its entry point) adds ``--pask-policy``. The CPU shim is activated first, so this
 also works from an interpreter that was not started from the project venv's ``.pth``. Before any
 of that, the plugin's seam is checked against the installed SGLang (``python -m
-sglang_pask.srt.seam``, well under a second): a version or a hook target that does not fit is
+sglang_pask.srt.preflight``, well under a second): a version or a hook target that does not fit is
 refused with one line, exit status 1.
 """
 
@@ -24,7 +24,7 @@ def _seam_error() -> str | None:
     installed SGLang is the version the plugin is written for, and every SGLang name its seam
     declares resolves in the installed sources. Run as its own process: ``srt`` (the plugin) is
     loaded by SGLang, never imported by the launcher."""
-    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.seam"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.preflight"], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL)
     if r.returncode == 0:
         return None
