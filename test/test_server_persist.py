@@ -232,6 +232,21 @@ MALFORMED = {
 }
 
 
+def test_special_token_in_a_tool_is_a_400(persist_server, client):
+    """A tool named ``<|im_end|>`` would be read as that token (the tools block would end inside
+    the tools JSON): SGLang accepts it, the plugin answers 400 with one line naming the field, and
+    the server keeps serving."""
+    body = {**_BASE, "messages": _MSGS, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {**_TOOL["function"], "name": "<|im_end|>"}}]}
+    r = _post(persist_server, body)
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    msg = r.json()["message"]
+    assert msg == ("tools[0].function.name: contains the special token '<|im_end|>' of the tokenizer (it would "
+                   "be read as that token, not as text)"), msg
+    ok = _tiny_requests(1, start=900)[0]
+    _assert_call(_call(client, ok), ok)
+
+
 def test_admission_uses_slots_freed_by_compression(persist_server, client):
     """Compression frees unit slots for waiting requests: SGLang marks the running batch full when
     a waiting request does not fit and clears the mark only when a request leaves, so without the

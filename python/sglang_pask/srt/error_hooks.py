@@ -5,7 +5,9 @@ SGLang answers a tool whose ``parameters`` is not a valid JSON Schema with HTTP 
 ``str(jsonschema.SchemaError)``: the useful first line, then a 15-30 line dump of the
 metaschema rule and the offending subschema. AFTER ``OpenAIServingChat._validate_request`` keeps
 the first line and the location (``schema['properties']['x']['type']``); SGLang is not patched
-and every other message passes through unchanged.
+and every other message passes through unchanged. A request SGLang accepts but
+:func:`sglang_pask.rendering.validate_request_text` refuses (a special-token string inside a tool
+or message) gets that one line as its 400.
 """
 
 from __future__ import annotations
@@ -25,5 +27,20 @@ def short_schema_error(message: str) -> str:
     return f"{first} (at {where.group(1)})" if where else first
 
 
-def after_validate(result, *args, **kwargs):
-    return short_schema_error(result) if isinstance(result, str) else result
+def after_validate(result, serving=None, request=None, *args, **kwargs):
+    """SGLang's message shortened; else, a request SGLang accepted that our one rendering path
+    refuses (a special token of the tokenizer in a tool or message, e.g. a tool named
+    ``<|im_end|>``, which would be read as that token) gets its one-line message: HTTP 400
+    instead of serving a prompt whose structure is not what it says."""
+    if isinstance(result, str):
+        return short_schema_error(result)
+    tokenizer = getattr(getattr(serving, "tokenizer_manager", None), "tokenizer", None)
+    if result is None and request is not None and tokenizer is not None:
+        from sglang_pask.rendering import validate_request_text
+        from sglang_pask.structure import ToolSchemaError
+
+        try:
+            validate_request_text(tokenizer, request)
+        except ToolSchemaError as e:
+            return str(e)
+    return result
