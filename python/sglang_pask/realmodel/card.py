@@ -43,9 +43,11 @@ safetensors in **{record['dtype']}**. The tokenizer and the chat template (with 
 
 ## Measured by this build (this machine's CPU)
 
-dtype choice: each dtype's folder loaded with transformers, then one prefill of a {prompt}-token
-tool request and {decode} greedy decode steps; the faster in total (load + prefill + decode) is kept:
-**{record['dtype']}**.
+dtype choice: each dtype's folder loaded with transformers, then 3 interleaved rounds of one
+prefill of a {prompt}-token tool request and {decode} greedy decode steps, each dtype's fastest round
+counted; the faster in total (load + prefill + decode) is kept: **{record['dtype']}**. The CPU was
+shared: load average {record['loadavg']:.1f} on {record['cpus']} CPUs when measured, so these are
+lower bounds on the speed of an idle machine and a close call can go either way.
 
 | dtype | load s | prefill tok/s | decode tok/s | total s |
 |---|---|---|---|---|

@@ -16,6 +16,7 @@ GGUF's ``tokenizer.chat_template`` verbatim).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -115,8 +116,26 @@ def save_tokenizer(gguf: Path, out: Path, context: int) -> str:
     return tok.chat_template
 
 
-def measure(folder: Path, dtype: str, tokenizer_dir: Path, decode_tokens: int = 16) -> Speed:
-    """Load ``folder`` in ``dtype`` and time one prefill of a tool request plus greedy decode steps."""
+def _trial(model, ids, decode_tokens: int) -> tuple[float, float]:
+    """Seconds of one prefill of ``ids`` [1, T] and of ``decode_tokens`` greedy steps after it."""
+    import torch
+
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = model(ids, use_cache=True)
+        prefill_s = time.perf_counter() - t0
+        past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        t0 = time.perf_counter()
+        for _ in range(decode_tokens):
+            out = model(nxt, past_key_values=past, use_cache=True)
+            past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        return prefill_s, time.perf_counter() - t0
+
+
+def measure(folders: dict[str, Path], tokenizer_dir: Path, rounds: int = 3, decode_tokens: int = 8) -> list[Speed]:
+    """Each dtype's folder (``{dtype: folder}``) loaded in that dtype, then ``rounds`` interleaved
+    trials (a prefill of a tool request, greedy decode steps); each dtype keeps its fastest trial,
+    so a burst of load from other processes on a shared CPU does not decide the choice."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -128,21 +147,19 @@ def measure(folder: Path, dtype: str, tokenizer_dir: Path, decode_tokens: int = 
     msgs = [{"role": "user", "content": "What's the weather in Paris, in fahrenheit?"}]
     ids = tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, return_tensors="pt",
                                   return_dict=True)["input_ids"]
-    t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
-    load_s = time.perf_counter() - t0
-    with torch.inference_mode():
-        model(ids[:, :8])  # warm-up: one-time kernel set-up is not the dtype's speed
+    models, load_s = {}, {}
+    for dtype, folder in folders.items():
         t0 = time.perf_counter()
-        out = model(ids, use_cache=True)
-        prefill_s = time.perf_counter() - t0
-        past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        t0 = time.perf_counter()
-        for _ in range(decode_tokens):
-            out = model(nxt, past_key_values=past, use_cache=True)
-            past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        decode_s = time.perf_counter() - t0
-    return Speed(dtype, load_s, ids.shape[1], prefill_s, decode_tokens, decode_s)
+        models[dtype] = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
+        load_s[dtype] = time.perf_counter() - t0
+        _trial(models[dtype], ids[:, :8], 1)  # warm-up: one-time kernel set-up is not the dtype's speed
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(rounds):
+        for dtype, model in models.items():
+            trial = _trial(model, ids, decode_tokens)
+            if dtype not in best or sum(trial) < sum(best[dtype]):
+                best[dtype] = trial
+    return [Speed(d, load_s[d], ids.shape[1], best[d][0], decode_tokens, best[d][1]) for d in folders]
 
 
 def convert(gguf: Path, out: Path, staging: Path) -> dict:
@@ -162,12 +179,13 @@ def convert(gguf: Path, out: Path, staging: Path) -> dict:
         save_weights(model, staging / dtype, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     del model
-    speeds = [measure(staging / dtype, dtype, tok_dir) for dtype in DTYPES]
+    speeds = measure({dtype: staging / dtype for dtype in DTYPES}, tok_dir)
     best = min(speeds, key=lambda s: s.load_s + s.forward_s)
     shutil.rmtree(out, ignore_errors=True)
     (staging / best.dtype).rename(out)
     for f in tok_dir.iterdir():
         f.rename(out / f.name)
     shutil.rmtree(staging)
-    return {"dtype": best.dtype, "speeds": speeds, "dequant_s": dequant_s, "tokenizer_s": tokenizer_s,
+    return {"dtype": best.dtype, "speeds": speeds, "loadavg": os.getloadavg()[0], "cpus": os.cpu_count(),
+            "dequant_s": dequant_s, "tokenizer_s": tokenizer_s,
             "params": n_params, "chat_template_chars": len(template)}
