@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-
 from sglang_pask.policy import PolicyError, load_policy
 from sglang_pask.policy.operating_point import (
     FIELDS,
@@ -37,7 +36,8 @@ REJECTED = {
                                 "--pask-segment-prefill full needs --pask-segment system"),
     "prefill-unknown": ({"segment": "system", "segment_prefill": "whole"},
                         "--pask-segment-prefill must be one of compressed, full, got 'whole'"),
-    "segment-budget-0": ({"segment": "system", "segment_budget": 0.0}, "--pask-segment-budget must be in (0, 1], got 0.0"),
+    "segment-budget-0": ({"segment": "system", "segment_budget": 0.0},
+                         "--pask-segment-budget must be in (0, 1], got 0.0"),
     "own-budget-2": ({"segment": "system", "own_budget": 2.0}, "--pask-own-budget must be in (0, 1], got 2.0"),
     "own-budget-negative": ({"segment": "system", "own_budget": -0.1},
                             "--pask-own-budget must be in (0, 1], got -0.1"),

@@ -145,8 +145,9 @@ def measure(folders: dict[str, Path], tokenizer_dir: Path, rounds: int = 3, deco
         "parameters": {"type": "object", "properties": {"city": {"type": "string"},
                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}]
     msgs = [{"role": "user", "content": "What's the weather in Paris, in fahrenheit?"}]
-    ids = tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, return_tensors="pt",
-                                  return_dict=True)["input_ids"]
+    from sglang_pask.rendering import render_chat  # the one rendering path (the server's prompt)
+
+    ids = torch.tensor([list(render_chat(tok, {"messages": msgs, "tools": tools}).token_ids)])
     models, load_s = {}, {}
     for dtype, folder in folders.items():
         t0 = time.perf_counter()
