@@ -345,4 +345,5 @@ def test_accounting_after_hits_evictions_and_aborts():
         for text in LEAK_TEXTS:
             assert text not in log, f"{text!r} in the server log"
         assert srv.proc.poll() is None
-        assert _call(client, bodies[0]).choices[0].message.tool_calls  # still serves
+        choice = _call(client, bodies[0]).choices[0]  # still serves (an answer, as good() counts one)
+        assert choice.message.tool_calls or choice.finish_reason == "length", choice
