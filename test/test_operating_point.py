@@ -37,8 +37,8 @@ REJECTED = {
     "prefill-unknown": ({"segment": "system", "segment_prefill": "whole"},
                         "--pask-segment-prefill must be one of compressed, full, got 'whole'"),
     "segment-budget-0": ({"segment": "system", "segment_budget": 0.0},
-                         "--pask-segment-budget must be in (0, 1], got 0.0"),
-    "own-budget-2": ({"segment": "system", "own_budget": 2.0}, "--pask-own-budget must be in (0, 1], got 2.0"),
+                         "--pask-segment-budget must be in (0, 1], got 0"),
+    "own-budget-2": ({"segment": "system", "own_budget": 2.0}, "--pask-own-budget must be in (0, 1], got 2"),
     "own-budget-negative": ({"segment": "system", "own_budget": -0.1},
                             "--pask-own-budget must be in (0, 1], got -0.1"),
 }

@@ -88,7 +88,8 @@ class SegmentRule:
         for name in ("segment_budget", "own_budget"):
             v = getattr(self, name)
             if not _budget_ok(v):
-                raise OperatingPointError(name, "{field} must be in (0, 1], got " + _esc(v))
+                got = f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else _esc(v)
+                raise OperatingPointError(name, "{field} must be in (0, 1], got " + got)
             if v is not None:
                 object.__setattr__(self, name, float(v))
         if self.segment_prefill not in PREFILLS:
