@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 from sglang_pask.calibrate.probes import DropClass, DropDelimiters, RecencyGroup
 from sglang_pask.methods.base import CacheView
+from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 
 FC = ROOT / "models" / "pask-tiny-fc"
 ARGS = ["calibrate", "--model", str(FC), "--data", "synthetic:calib:6:tiny", "--groups", "2",
@@ -46,7 +47,8 @@ def test_writes_policies_that_validate_bind_and_run(runs):
         assert cal.samples == 2 and cal.seed == 3 and "git " in cal.tool_version
         assert len(cal.sensitivity) == len(cal.distortion) == p.num_groups == 2
         assert set(cal.distortion[0]) == {"0.5", "0.33"}
-        make_method("pask", policy=p)  # binds into the method
+        assert p.point == OperatingPoint("prefill")  # the operating point it was calibrated under
+        assert make_method("pask", policy=p).schedule == "prefill"  # binds into the method, at that point
     assert out.read_bytes() == out.with_name("toy.b0.33.json").read_bytes()
     md = out.with_name("toy.calibration.md").read_text()
     for part in ("Task-error sensitivity", "Attention-output distortion", "Family search", "Held-out check"):
@@ -174,7 +176,7 @@ def test_segment_mode_search_scores_under_the_segment_rule(tmp_path):
     res = subprocess.run([pask, *base, "--segment", "system", "--own-budget", "1", "--out", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
-    load_policy(out, model_dir=FC)
+    assert load_policy(out, model_dir=FC).point == OperatingPoint("prefill", 1, SegmentRule("system", own_budget=1.0))
     md = out.with_name("seg.calibration.md").read_text()
     assert "scored under `--segment system`" in md and "own tokens at budget 1" in md
     import json

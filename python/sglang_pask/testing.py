@@ -81,14 +81,26 @@ def launch_command(model: str, port: int, extra_args: Sequence[str] = ()) -> lis
     ]
 
 
-def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    """SIGTERM the launcher by PID, then kill by PID whatever of its tree survives the grace."""
+def stop(proc: subprocess.Popen, grace: float = 20.0, graceful: bool = True) -> None:
+    """SIGTERM the launcher by PID, then kill by PID whatever of its tree survives the grace.
+    ``graceful=False``: SIGKILL the launcher and every process of its tree by PID at once (a test
+    server whose shutdown is not under test: SGLang's SIGTERM path polls every 5 s and then waits
+    for its scheduler, about 10 s a server)."""
     import psutil
 
     try:
         children = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         children = []
+    if not graceful:
+        for p in [*children]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        psutil.wait_procs(children, timeout=10)
+        return
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -138,11 +150,12 @@ def _start(model: str, extra_args: Sequence[str], timeout: float, env: dict | No
 @contextlib.contextmanager
 def running_server(
     model: str, extra_args: Sequence[str] = (), timeout: float = 240.0, env: dict | None = None,
-    port_tries: int = 3,
+    port_tries: int = 3, graceful: bool = False,
 ) -> Iterator[Server]:
-    """A healthy server, stopped by PID on exit (also on failure). A port taken between choosing
-    and binding it (another process, e.g. a server's internal sockets, took it first) is retried
-    on a new free port, up to ``port_tries`` starts."""
+    """A healthy server, stopped by PID on exit (also on failure; killed at once unless
+    ``graceful``: :func:`stop`). A port taken between choosing and binding it (another process,
+    e.g. a server's internal sockets, took it first) is retried on a new free port, up to
+    ``port_tries`` starts."""
     for attempt in range(port_tries):
         try:
             server = _start(model, extra_args, timeout, env)
@@ -153,4 +166,4 @@ def running_server(
     try:
         yield server
     finally:
-        stop(server.proc)
+        stop(server.proc, graceful=graceful)
