@@ -158,7 +158,7 @@ def test_engines_take_their_defaults_from_the_policy():
     assert cfg.rule == SegmentRule("system", own_budget=1.0) and cfg.radix  # the policy's segment: radix on
     cfg = build_config(str(POLICY), ServingFlags(overrides={"schedule": "continuous"}))
     assert cfg.method.schedule == "continuous" and cfg.resolved.overridden == {"schedule": ("continuous", "prefill")}
-    assert "schedule continuous (flag)" in cfg.sources_line()
+    assert "schedule continuous (flag)" in cfg.resolved.sources_line()
     stream = build_config(str(POLICY), ServingFlags(method="streaming", budget=0.5))
     assert stream.method.schedule == "continuous" and stream.resolved.sources["schedule"] == "default"
 

@@ -152,10 +152,21 @@ def special_tokens(tokenizer) -> tuple[str, ...]:
     and the added tokens marked special, e.g. Qwen's ``<|im_start|>``, which is not in the former).
     Added tokens that are not special (``<tool_call>``, ``<think>``) are ordinary text here: chat
     templates and models write them in message contents."""
+    # asked per request on the server: computed once per tokenizer (keyed by its size, which grows
+    # when tokens are added)
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    cached = getattr(tokenizer, "_pask_special_tokens", None)
+    if cached is not None and cached[0] == size:
+        return cached[1]
     found = set(getattr(tokenizer, "all_special_tokens", None) or ())
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     found.update(t.content for t in added.values() if getattr(t, "special", False))
-    return tuple(sorted(t for t in found if t))
+    out = tuple(sorted(t for t in found if t))
+    try:
+        tokenizer._pask_special_tokens = (size, out)
+    except AttributeError:  # a tokenizer that takes no attributes: computed each call
+        pass
+    return out
 
 
 def _content_format(tokenizer) -> str:

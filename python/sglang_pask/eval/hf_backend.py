@@ -17,13 +17,12 @@ import os
 import time
 
 from sglang_pask.eval.base import Backend, EntryError, Generation, Request
+from sglang_pask.policy.operating_point import flag_names  # light: the standard library
 
 __all__ = ["HFBackend", "bind_runner", "runner_body", "FLAG_NAMES"]
 
 #: operating-point field -> the ``pask eval`` flag that sets it (messages and override lines)
-FLAG_NAMES = {"schedule": "--schedule", "interval": "--interval", "segment": "--segment",
-              "segment_budget": "--segment-budget", "own_budget": "--own-budget",
-              "segment_prefill": "--segment-prefill"}
+FLAG_NAMES = flag_names()
 
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,

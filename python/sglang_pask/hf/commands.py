@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from sglang_pask.hf.runner import Runner
     from sglang_pask.methods.options import parse_option
     from sglang_pask.policy import PolicyError, load_policy
-    from sglang_pask.policy.operating_point import SegmentRule, resolve
+    from sglang_pask.policy.operating_point import SegmentRule, flag_names, resolve
     from sglang_pask.structure import ToolSchemaError
 
     try:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy, model_dir=args.model) if args.policy else None
         given = {k: options.pop(k) for k in ("schedule", "interval") if k in options}
         given.update({k: getattr(args, k) for k in ("schedule", "interval") if getattr(args, k) is not None})
-        names = {"schedule": "--schedule", "interval": "--interval", **SegmentRule.flag_names()}
+        names = flag_names()
         resolved = resolve(policy.point if policy is not None and args.method == "pask" else None,
                            {**given, **SegmentRule.overrides(args)}, names)
         if line := resolved.override_line(names):

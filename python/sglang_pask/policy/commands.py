@@ -90,9 +90,9 @@ def upgrade(args: argparse.Namespace) -> int:
 
     from sglang_pask.policy import PolicyError, load_policy, save_policy
     from sglang_pask.policy.envelope import FORMAT
-    from sglang_pask.policy.operating_point import OperatingPoint, OperatingPointError, SegmentRule
+    from sglang_pask.policy.operating_point import OperatingPoint, OperatingPointError, SegmentRule, flag_names
 
-    names = {"schedule": "--schedule", "interval": "--interval", **SegmentRule.flag_names()}
+    names = flag_names()
     try:
         policy = load_policy(args.file)
         point = OperatingPoint(args.schedule, args.interval, SegmentRule(**SegmentRule.overrides(args)))

@@ -21,7 +21,6 @@ Light: the standard library only (the launcher imports it before anything heavy)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -245,6 +244,11 @@ class Resolved:
         out["overridden"] = {f: pol for f, (_v, pol) in self.overridden.items()}
         return out
 
+    def sources_line(self) -> str:
+        """``schedule prefill (policy), interval 1 (policy), ...``: every field and its source."""
+        flat = self.point.flat()
+        return ", ".join(f"{f} {_fmt(flat[f])} ({self.sources[f]})" for f in FIELDS)
+
     def override_line(self, names: Optional[Mapping[str, str]] = None) -> Optional[str]:
         """One line naming each flag that overrides the policy's operating point (None: none)."""
         if not self.overridden:
@@ -256,6 +260,12 @@ class Resolved:
 
 def _fmt(v: Any) -> str:
     return "unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+
+
+def flag_names(prefix: str = "") -> dict[str, str]:
+    """Every field of :data:`FIELDS` -> its CLI flag (``prefix="pask-"``: the server's), for
+    :meth:`OperatingPointError.named` and :meth:`Resolved.override_line`."""
+    return {"schedule": f"--{prefix}schedule", "interval": f"--{prefix}interval", **SegmentRule.flag_names(prefix)}
 
 
 def resolve(policy_point: Optional[OperatingPoint], overrides: Mapping[str, Any],
@@ -291,8 +301,3 @@ def resolve(policy_point: Optional[OperatingPoint], overrides: Mapping[str, Any]
     except OperatingPointError as e:
         raise OperatingPointError(e.field, e.named(names).replace("{", "{{").replace("}", "}}")) from None
     return Resolved(point, sources, overridden)
-
-
-def replace_segment(point: OperatingPoint, **changes) -> OperatingPoint:
-    """``point`` with segment-rule fields changed (validated)."""
-    return dataclasses.replace(point, segment=dataclasses.replace(point.segment, **changes))

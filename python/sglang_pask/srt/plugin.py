@@ -142,7 +142,7 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     os.environ[serving.ENV_SERVING] = dataclasses.replace(flags, radix=radix).to_json()
     serving.active_config.cache_clear()
     logger.info("sglang_pask: persistence: %s", config.describe())
-    logger.info("sglang_pask: operating point: %s", config.sources_line())
+    logger.info("sglang_pask: operating point: %s", config.resolved.sources_line())
     if line := config.resolved.override_line(serving.FLAG_NAMES):
         # a warning: printed even before SGLang configures logging (this runs in argument parsing)
         logger.warning("sglang_pask: %s %s", os.path.basename(path), line)

@@ -34,7 +34,7 @@ from functools import lru_cache
 from typing import Optional
 
 from sglang_pask.methods import METHODS, KVMethod, make_method
-from sglang_pask.policy.operating_point import FIELDS, SEGMENT_FIELDS, Resolved, SegmentRule, resolve
+from sglang_pask.policy.operating_point import SEGMENT_FIELDS, Resolved, SegmentRule, flag_names, resolve
 
 ENV_POLICY = "SGLANG_PASK_POLICY"
 #: the launcher's persistence flags, one JSON value (:class:`ServingFlags`)
@@ -42,7 +42,7 @@ ENV_SERVING = "SGLANG_PASK_SERVING"
 
 DEFAULT_METHOD = "pask"
 #: operating-point field -> the server flag that sets it (messages, override lines)
-FLAG_NAMES = {"schedule": "--pask-schedule", "interval": "--pask-interval", **SegmentRule.flag_names("pask-")}
+FLAG_NAMES = flag_names("pask-")
 
 
 def _needs_attention(name: str) -> Optional[str]:
@@ -119,16 +119,6 @@ class ServingConfig:
         return (f"method {self.method.name}, budget {self.budget:g}, {self.resolved.point.describe()}, "
                 f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
-
-    def sources_line(self) -> str:
-        """``schedule prefill (policy), interval 1 (policy), ...``: every field and its source."""
-        rec = self.resolved.record()
-        return ", ".join(f"{f} {_fmt(rec[f]['value'])} ({rec[f]['source']})" for f in FIELDS)
-
-
-def _fmt(v) -> str:
-    return "unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
-
 
 def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
                  model_dir: Optional[str] = None) -> ServingConfig:
