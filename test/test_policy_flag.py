@@ -1,14 +1,21 @@
-"""--pask-policy through SGLang's own argument parsing: accepted when valid, and a missing file,
-invalid JSON, an unknown format, a schema violation or a policy bound to another model each stop
-the launcher before anything starts, with one line naming the file and the problem."""
+"""--pask-policy: a missing file, invalid JSON, an unknown format, a schema violation or a policy
+bound to another model each stop the launcher before SGLang is even imported, with one line naming
+the file and the problem; so does --pask-tag-log without a policy. SGLang's own argument parsing
+(the plugin, for ``python -m sglang.launch_server``) refuses with the same line and exit status,
+and accepts a valid policy: it reaches ServerArgs and child processes, and only then are the PASK
+hooks applied."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from conftest import DEFAULT_POLICY, TINY_RANDOM, run_python
+
+#: a refusal before SGLang is imported (measured 0.2-1 s on 2 shared cores; an SGLang import is ~11 s)
+REFUSAL_S = 5.0
 
 
 @pytest.mark.parametrize(
@@ -59,40 +66,51 @@ def _bad_floor() -> dict:
 def test_policy_schema_and_binding_fail_fast(tmp_path, make, problem):
     path = tmp_path / "policy.json"
     path.write_text(json.dumps(make()))
-    _assert_fails_fast(path, problem)
+    _assert_fails_fast(path, problem, equals=True)
 
 
-def _assert_fails_fast(path, problem):
+def _launch(*argv: str):
     t0 = time.monotonic()
-    r = run_python(
-        "-m", "sglang_pask.launch_server", "--model-path", str(TINY_RANDOM),
-        "--port", "1", "--pask-policy", str(path),
-    )
-    elapsed = time.monotonic() - t0
-    assert r.returncode != 0
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: --pask-policy: policy file ")
-    assert str(path) in last and problem in last, last
-    assert "Traceback" not in r.stderr
-    assert elapsed < 60, f"took {elapsed:.1f}s: not fast"
+    r = run_python("-m", "sglang_pask.launch_server", "--model-path", str(TINY_RANDOM), "--port", "1", *argv)
+    return r, time.monotonic() - t0
 
 
-def test_valid_policy_reaches_server_args_and_subprocesses():
-    code = (
-        "import os, pickle, sys\n"
-        "from sglang.srt.plugins import load_plugins\n"
-        "from sglang.srt.server_args import prepare_server_args\n"
-        "load_plugins()\n"
-        f"sa = prepare_server_args(['--model-path', {str(TINY_RANDOM)!r}, '--pask-policy', {str(DEFAULT_POLICY)!r}])\n"
-        "sa2 = pickle.loads(pickle.dumps(sa))\n"
-        "print(sa._pask_policy); print(sa2._pask_policy); print(os.environ['SGLANG_PASK_POLICY'])\n"
-        f"sa3 = prepare_server_args(['--model-path', {str(TINY_RANDOM)!r}])\n"
-        "print(getattr(sa3, '_pask_policy', None))\n"
-    )
-    r = run_python("-c", code, env={"SGLANG_PASK_POLICY": ""})
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = r.stdout.strip().splitlines()[-4:]
-    assert lines == [str(DEFAULT_POLICY)] * 3 + ["None"]
+def _assert_fails_fast(path: Path, problem: str, equals: bool = False) -> str:
+    """The launcher refuses ``path`` (``--pask-policy PATH``, or ``--pask-policy=PATH``) with one
+    line, before SGLang loads; returns the line."""
+    r, elapsed = _launch(f"--pask-policy={path}") if equals else _launch("--pask-policy", str(path))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == (1 if path.exists() else 2), (r.returncode, r.stderr[-2000:])  # 2: a path, as `pask`
+    assert len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith(f"error: --pask-policy: policy file {str(path)!r}")
+    assert problem in lines[0], lines[0]
+    assert elapsed < REFUSAL_S, f"took {elapsed:.1f}s: SGLang was imported before the refusal?"
+    return lines[0]
+
+
+def test_tag_log_needs_policy(tmp_path):
+    r, elapsed = _launch("--pask-tag-log", str(tmp_path))
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == ["error: --pask-tag-log needs --pask-policy"]
+    assert elapsed < REFUSAL_S, f"took {elapsed:.1f}s"
+
+
+def test_the_launcher_reads_the_flags_as_argparse_does(tmp_path):
+    """The launcher checks the policy against the model SGLang will serve (the last of
+    --model-path / --model) and refuses every bad policy value given."""
+    from sglang_pask.launch_server import _flag_error
+    from sglang_pask.policy.flag import flag_error
+
+    bad = tmp_path / "policy.json"
+    bad.write_text(json.dumps(_other_shape()))
+    other, tiny = "models/pask-tiny-fc", str(TINY_RANDOM)
+    err = _flag_error(["--model-path", other, f"--model={tiny}", f"--pask-policy={bad}"])
+    assert err is not None and err == flag_error(str(bad), tiny) != flag_error(str(bad), other)
+    assert _flag_error(["--model", tiny, "--pask-policy", str(bad), "--pask-policy", str(DEFAULT_POLICY)]) == (
+        flag_error(str(bad), tiny))
+    assert _flag_error(["--model", tiny, "--pask-policy", str(DEFAULT_POLICY), "--pask-tag-log=x"]) is None
+    assert _flag_error(["--model", tiny, "--pask-policy=", "--pask-tag-log=x"]) == (
+        "error: --pask-tag-log needs --pask-policy")
 
 
 def test_plugin_registered_as_entry_point():
@@ -102,25 +120,53 @@ def test_plugin_registered_as_entry_point():
     assert eps.get("pask") == "sglang_pask.srt.plugin:register"
 
 
-@pytest.mark.parametrize("with_policy", [False, True], ids=["no-policy", "policy"])
-def test_pask_hooks_only_with_policy(with_policy):
-    argv = ["--model-path", str(TINY_RANDOM)] + (["--pask-policy", str(DEFAULT_POLICY)] if with_policy else [])
-    code = (
-        "from sglang.srt.plugins import load_plugins\n"
-        "from sglang.srt.server_args import prepare_server_args\n"
-        "load_plugins()\n"
-        f"prepare_server_args({argv!r})\n"
-        "from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar\n"
-        "import sglang.srt.mem_cache.common as common\n"
-        "print(hasattr(XGrammarGrammar.accept_token, '__wrapped__'), hasattr(common.release_kv_cache, '__wrapped__'))\n"
-    )
-    r = run_python("-c", code, env={"SGLANG_PASK_POLICY": ""})
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == f"{with_policy} {with_policy}"
+#: SGLang's own argument parsing with the plugin loaded through its entry point, in one fresh
+#: interpreter (each one imports SGLang, ~20 s on 2 cores): the PASK hooks are off without a
+#: policy, the tag log is refused without one, a valid policy reaches ServerArgs, a pickled copy
+#: (what child processes get) and the environment and turns the hooks on, and a later parse
+#: without one carries none. Last, a bad policy, not caught: the process exits as the plugin
+#: makes ``python -m sglang.launch_server`` exit.
+_PLUGIN_PATH = """
+import json, os, pickle, sys
+from sglang.srt.plugins import load_plugins
+from sglang.srt.server_args import prepare_server_args
+model, policy, bad, tag_log = sys.argv[1:]
+load_plugins()
+
+def hooked():
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
+    import sglang.srt.mem_cache.common as common
+    return [hasattr(XGrammarGrammar.accept_token, '__wrapped__'), hasattr(common.release_kv_cache, '__wrapped__')]
+
+out = {}
+sa0 = prepare_server_args(['--model-path', model])
+out['without'] = [getattr(sa0, '_pask_policy', None), hooked()]
+try:
+    prepare_server_args(['--model-path', model, '--pask-tag-log', tag_log])
+except SystemExit as e:
+    out['tag_log'] = e.code
+sa = prepare_server_args(['--model-path', model, '--pask-policy', policy])
+out['with'] = [sa._pask_policy, pickle.loads(pickle.dumps(sa))._pask_policy, os.environ['SGLANG_PASK_POLICY'],
+               hooked()]
+out['after'] = getattr(prepare_server_args(['--model-path', model]), '_pask_policy', None)
+print('RESULT ' + json.dumps(out), flush=True)
+prepare_server_args(['--model-path', model, '--pask-policy', bad])
+print('not reached')
+"""
 
 
-def test_tag_log_needs_policy(tmp_path):
-    r = run_python("-m", "sglang_pask.launch_server", "--model-path", str(TINY_RANDOM),
-                   "--pask-tag-log", str(tmp_path))
-    assert r.returncode != 0
-    assert r.stderr.strip().splitlines()[-1] == "error: --pask-tag-log needs --pask-policy"
+def test_sglang_parsing_with_the_plugin(tmp_path):
+    bad = tmp_path / "policy.json"
+    bad.write_text(json.dumps(_other_shape()))
+    launcher_line = _assert_fails_fast(bad, "is for a model of shape")
+    r = run_python("-c", _PLUGIN_PATH, str(TINY_RANDOM), str(DEFAULT_POLICY), str(bad), str(tmp_path),
+                   env={"SGLANG_PASK_POLICY": ""})
+    assert "RESULT " in r.stdout, r.stderr[-3000:]
+    out = json.loads(r.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert out["without"] == [None, [False, False]]  # no policy: SGLang as stock
+    assert out["tag_log"] == "error: --pask-tag-log needs --pask-policy"
+    assert out["with"] == [str(DEFAULT_POLICY)] * 3 + [[True, True]]
+    assert out["after"] is None
+    # the plugin path refuses a bad policy as the launcher does: same line, byte for byte, status 1
+    assert "not reached" not in r.stdout and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert (r.returncode, r.stderr.strip().splitlines()[-1]) == (1, launcher_line)

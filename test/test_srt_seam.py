@@ -14,6 +14,7 @@ stamp on SGLang; the launcher refuses a plugin that does not fit the installed S
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -110,43 +111,82 @@ def test_version(monkeypatch):
     assert seam.version_error() is None and preflight.preflight() is None
 
 
-def _run(code: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+#: One fresh interpreter imports SGLang's plugin loader -- the first thing either case imports from
+#: SGLang, with torch: ~10 s on 2 cores -- then forks a child per case (they run side by side) and
+#: waits for them. A child is a process in which no plugin is loaded and no hook applied yet, as in a
+#: fresh one; it runs its case with its own environment and its stdout/stderr in files, and exits as
+#: that process would (an uncaught SystemExit included); the parent prints each exit status.
+_FORKED = """
+import json, os, sys
+import sglang.srt.plugins  # imported, nothing loaded or applied: the state each case starts from
+out_dir, cases = sys.argv[1], json.loads(sys.argv[2])
+pids = {}
+for name, (env, code) in cases.items():
+    pid = os.fork()
+    if pid == 0:
+        for fd, ext in ((1, 'out'), (2, 'err')):
+            os.dup2(os.open(os.path.join(out_dir, name + '.' + ext), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        os.environ.clear()
+        os.environ.update(env)
+        exec(compile(code, name, 'exec'), {'__name__': '__main__'})
+        sys.exit(0)
+    pids[name] = pid
+print('STATUS ' + json.dumps({n: os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for n, p in pids.items()}))
+"""
 
 
-def test_applied_in_a_fresh_process_everything_is_in_place():
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """name -> (exit status, stdout, stderr) of each case in :data:`_CASES`, each run in a process
+    where SGLang's plugin loader is imported and nothing is applied yet."""
+    out = tmp_path_factory.mktemp("seam")
+    cases = {name: (env(), code) for name, (env, code) in _CASES.items()}
+    r = subprocess.run([sys.executable, "-c", _FORKED, str(out), json.dumps(cases)], env=_env(),
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0 and "STATUS " in r.stdout, r.stderr[-3000:]
+    status = json.loads(r.stdout.split("STATUS ", 1)[1])
+    return {n: (status[n], (out / f"{n}.out").read_text(), (out / f"{n}.err").read_text()) for n in cases}
+
+
+_APPLIED = (
+    "from sglang_pask.srt import seam\n"
+    "seam.apply(seam.ALWAYS); seam.apply(seam.PASK)\n"
+    "bad = [(d, seam.check(d)) for d in seam.declared() if seam.check(d)]\n"
+    "assert not bad, bad\n"
+    "from sglang.srt.mem_cache.registry import get_radix_cache_factory\n"
+    "from sglang_pask.srt.radix_cache import pask_radix_cache_factory\n"
+    "assert get_radix_cache_factory(seam.RADIX_BACKEND) is pask_radix_cache_factory\n"
+    "from sglang.srt.mem_cache import common\n"
+    "from sglang_pask.srt import persist_hooks, tag_hooks\n"
+    "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', persist_hooks.around_release)\n"
+    "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', tag_hooks.around_release)\n"
+    "assert not seam._installed('sglang.srt.mem_cache.common.release_kv_cache', seam._noop_after)\n"
+    "print('ok', len(seam.declared()))\n"
+)
+_CHILD = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('not reached')\n"
+#: name -> (its environment, its code)
+_CASES = {
+    "applied": (_env, _APPLIED),
+    "child": (lambda: _env(SGLANG_PASK_POLICY=str(POLICY), **{seam.ENV_TEST_TARGET: f"pask:{BOGUS}"}), _CHILD),
+}
+
+
+def test_applied_in_a_fresh_process_everything_is_in_place(fresh):
     """Both groups applied as the plugin does (its own apply + check), then each declaration
     checked again here: every hook function is in the wrapper chain at its target, the backend
     reads back as ours, every subclass and stamp holds."""
-    code = (
-        "from sglang_pask.srt import seam\n"
-        "seam.apply(seam.ALWAYS); seam.apply(seam.PASK)\n"
-        "bad = [(d, seam.check(d)) for d in seam.declared() if seam.check(d)]\n"
-        "assert not bad, bad\n"
-        "from sglang.srt.mem_cache.registry import get_radix_cache_factory\n"
-        "from sglang_pask.srt.radix_cache import pask_radix_cache_factory\n"
-        "assert get_radix_cache_factory(seam.RADIX_BACKEND) is pask_radix_cache_factory\n"
-        "from sglang.srt.mem_cache import common\n"
-        "from sglang_pask.srt import persist_hooks, tag_hooks\n"
-        "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', persist_hooks.around_release)\n"
-        "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', tag_hooks.around_release)\n"
-        "assert not seam._installed('sglang.srt.mem_cache.common.release_kv_cache', seam._noop_after)\n"
-        "print('ok', len(seam.declared()))\n"
-    )
-    r = _run(code, _env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split() == ["ok", str(len(seam.DECLARED))]
+    status, out, err = fresh["applied"]
+    assert status == 0, err[-3000:]
+    assert out.split() == ["ok", str(len(seam.DECLARED))]
 
 
-def test_a_child_process_stops_loudly():
+def test_a_child_process_stops_loudly(fresh):
     """What a scheduler or detokenizer does first: SGLang's ``load_plugins()`` (which logs and
     swallows an ``Exception`` from a plugin). With a policy inherited and an unresolvable target,
     the process exits 1 with the target named on its last stderr line."""
-    code = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('not reached')\n"
-    r = _run(code, _env(SGLANG_PASK_POLICY=str(POLICY), **{seam.ENV_TEST_TARGET: f"pask:{BOGUS}"}))
-    assert r.returncode == 1 and "not reached" not in r.stdout, (r.returncode, r.stderr[-2000:])
-    assert r.stderr.strip().splitlines()[-1] == (
+    status, out, err = fresh["child"]
+    assert status == 1 and "not reached" not in out, (status, err[-2000:])
+    assert err.strip().splitlines()[-1] == (
         f"error: sglang_pask: SGLang target {BOGUS} does not resolve: "
         "sglang.srt.managers.scheduler.Scheduler has no attribute 'pask_no_such_method'")
 

@@ -3,9 +3,15 @@
 Runs SGLang's own ``sglang.launch_server`` with every flag forwarded untouched; the plugin (loaded
 by SGLang through its entry point) adds ``--pask-policy``. The CPU shim is activated first, so this
 also works from an interpreter that was not started from the project venv's ``.pth``. Before any
-of that, the plugin's seam is checked against the installed SGLang (``python -m
-sglang_pask.srt.preflight``, well under a second): a version or a hook target that does not fit is
-refused with one line, exit status 1.
+of that, and before SGLang is imported (its imports alone take seconds), the command line is
+checked, each problem refused with one line on stderr:
+
+* a missing model folder or policy file (exit status 2, as ``pask`` refuses a path);
+* a policy that does not load or is not bound to the model, or ``--pask-tag-log`` without a
+  policy (exit status 1): the plugin's own check (:func:`sglang_pask.policy.flag.flag_error`), so
+  the line is the one ``python -m sglang.launch_server`` gives;
+* the plugin's seam against the installed SGLang (``python -m sglang_pask.srt.preflight``, well
+  under a second): a version or a hook target that does not fit (exit status 1).
 """
 
 from __future__ import annotations
@@ -32,24 +38,60 @@ def _seam_error() -> str | None:
     return lines[-1] if lines else f"error: sglang_pask: the seam check exited with {r.returncode}"
 
 
-def _path_error(argv: list[str]) -> str | None:
-    """A missing model folder or policy file, found before SGLang (seconds of imports) loads."""
-    from sglang_pask.paths import argv_values, file_error, model_dir_error  # light: no torch, no SGLang
+#: SGLang's ``--model-path`` and its alias
+_MODEL_FLAGS = ("--model-path", "--model")
 
-    for flag in ("--model-path", "--model"):
+
+def _path_error(argv: list[str]) -> str | None:
+    """A missing model folder or policy file: the one line, or None."""
+    from sglang_pask.paths import argv_values, file_error, model_dir_error  # light: no torch, no SGLang
+    from sglang_pask.policy.flag import FLAG, flag_error
+
+    for flag in _MODEL_FLAGS:
         for value in argv_values(argv, flag):
             if err := model_dir_error(value, flag):
-                return err
-    for value in argv_values(argv, "--pask-policy"):
-        if file_error(value, "--pask-policy"):  # the plugin's own wording (policy.document)
-            return f"--pask-policy: policy file {value!r} does not exist"
+                return f"error: {err}"
+    for value in argv_values(argv, FLAG):
+        if value and file_error(value, FLAG) and (err := flag_error(value)):
+            return err  # the plugin's line for a file that is not there
     return None
 
 
+def _last_value(argv: list[str], flags: tuple[str, ...]) -> str | None:
+    """The value argparse keeps for the option spelled ``flags`` (a name and its aliases): the
+    last one given (``--flag V`` or ``--flag=V``), or None."""
+    value = None
+    for i, a in enumerate(argv):
+        for f in flags:
+            if a == f and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif a.startswith(f + "="):
+                value = a[len(f) + 1:]
+    return value
+
+
+def _flag_error(argv: list[str]) -> str | None:
+    """The plugin's check of ``--pask-policy`` (every value given: each must load and be bound to
+    the model SGLang will serve) and ``--pask-tag-log``, made before SGLang loads: the one line, or None."""
+    from sglang_pask.paths import argv_values
+    from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error  # light: no torch, no SGLang
+
+    model, tag_log = _last_value(argv, _MODEL_FLAGS), _last_value(argv, (TAG_LOG_FLAG,))
+    policies = argv_values(argv, FLAG)
+    for value in dict.fromkeys(policies[:-1]):
+        if err := flag_error(value, model):
+            return err
+    return flag_error(policies[-1] if policies else None, model, tag_log)
+
+
 def main() -> None:
-    if err := _path_error(sys.argv[1:]):
-        print(f"error: {err}", file=sys.stderr)
+    argv = sys.argv[1:]
+    if err := _path_error(argv):
+        print(err, file=sys.stderr)
         sys.exit(2)
+    if err := _flag_error(argv):
+        print(err, file=sys.stderr)
+        sys.exit(1)
     if err := _seam_error():
         print(err, file=sys.stderr)
         sys.exit(1)

@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import os
 
-from sglang_pask.policy import PolicyError
+from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error
 from sglang_pask.policy.operating_point import SegmentRule
 from sglang_pask.srt import seam, serving
 from sglang_pask.srt.tag_log import ENV_TAG_LOG
@@ -37,8 +37,6 @@ from sglang_pask.srt.tag_log import ENV_TAG_LOG
 logger = logging.getLogger("sglang_pask")
 
 ENV_POLICY = serving.ENV_POLICY
-FLAG = "--pask-policy"
-TAG_LOG_FLAG = "--pask-tag-log"
 #: flag -> (dest, type, help) of the persistence flags other than the segment rule's (:mod:`.serving`)
 PERSIST_FLAGS = {
     "--pask-method": ("pask_method", str, "KV method the server runs (default pask; also streaming, random, full)"),
@@ -150,14 +148,12 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
 
 def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     path = getattr(args, "pask_policy", None)
+    # sglang_pask.launch_server made this same check before SGLang loaded; `python -m
+    # sglang.launch_server` has only this one. SystemExit with a message: one line on stderr, exit
+    # status 1, nothing spawned.
+    if err := flag_error(path, getattr(args, "model_path", None), getattr(args, "pask_tag_log", None)):
+        raise SystemExit(err)
     if path:
-        try:
-            from sglang_pask.policy import load_policy
-
-            load_policy(path, model_dir=getattr(args, "model_path", None))
-        except PolicyError as e:
-            # SystemExit with a message: one line on stderr, exit status 1, nothing spawned.
-            raise SystemExit(f"error: {FLAG}: {e}") from None
         path = os.path.abspath(path)
         os.environ[ENV_POLICY] = path
         _persistence_args(args, path)
@@ -165,8 +161,6 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
         if tag_log:
             os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
         _enable_pask_hooks(apply_now=True)
-    elif getattr(args, "pask_tag_log", None):
-        raise SystemExit(f"error: {TAG_LOG_FLAG} needs {FLAG}")
     else:
         given = _given_flags(args)
         if given:
