@@ -1,8 +1,9 @@
 """One rendering path, shown live: for 50 requests (synthetic tiny-profile eval entries as OpenAI
 bodies, ``tool_choice: "required"``), ``pask tag --format json``, ``pask generate --show-kept
 --format json`` (method ``full``: every prompt token is kept, so every row is compared) and the tag
-log of a real server (pask-tiny-fc with its prior policy and ``--pask-tag-log``) agree token for
-token, ids and classes; the server's log also says its ids are the ones SGLang ran and the usage
+log of a real server (the session's ``pask_server``: the tiny random model with its prior policy
+and ``--pask-tag-log``; one server fewer to start than a server of its own) agree token for token,
+ids and classes; the server's log also says its ids are the ones SGLang ran and the usage
 counts them, so ``pask generate`` and the server run the same prompt tokens.
 
 The CLIs run in-process (one model, one tokenizer load per call) except one real subprocess each.
@@ -16,12 +17,11 @@ import json
 import time
 
 import pytest
-from conftest import ROOT, run_python
+from conftest import TINY_RANDOM, run_python
 
 openai = pytest.importorskip("openai")
 
-MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.prior.json"
+MODEL = TINY_RANDOM  # what the session's pask_server serves
 N = 50
 
 
@@ -40,29 +40,25 @@ def _bodies() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server_prompts(tmp_path_factory):
+def server_prompts(pask_server):
     """(bodies, per body: the tag log's prompt record and the usage's prompt_tokens)."""
     from sglang_pask.srt import tag_log
-    from sglang_pask.testing import running_server
 
-    log_dir = tmp_path_factory.mktemp("tag-log")
     bodies = _bodies()
-    args = ["--pask-policy", str(POLICY), "--pask-tag-log", str(log_dir), "--skip-server-warmup"]
-    with running_server(str(MODEL), args) as srv:  # stopped by PID on exit, also on failure
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=120)
-        sent = []
-        for body in bodies:
-            extra = {"chat_template_kwargs": body["chat_template_kwargs"]} if "chat_template_kwargs" in body else {}
-            r = client.chat.completions.create(
-                model="default", max_tokens=1, temperature=0, messages=body["messages"],
-                tools=body["tools"], tool_choice=body["tool_choice"], extra_body=extra or None)
-            sent.append((r.id, r.usage.prompt_tokens))
-        deadline = time.monotonic() + 20
-        while True:
-            records = tag_log.read(str(log_dir))
-            if all("prompt" in records.get(rid, {}) for rid, _ in sent) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+    client = openai.OpenAI(base_url=pask_server.base_url, api_key="none", timeout=120)
+    sent = []
+    for body in bodies:
+        extra = {"chat_template_kwargs": body["chat_template_kwargs"]} if "chat_template_kwargs" in body else {}
+        r = client.chat.completions.create(
+            model="default", max_tokens=1, temperature=0, messages=body["messages"],
+            tools=body["tools"], tool_choice=body["tool_choice"], extra_body=extra or None)
+        sent.append((r.id, r.usage.prompt_tokens))
+    deadline = time.monotonic() + 20
+    while True:  # the shared log holds other tests' requests too: records are looked up by id
+        records = tag_log.read(pask_server.tag_log)
+        if all("prompt" in records.get(rid, {}) for rid, _ in sent) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     return bodies, [(records.get(rid, {}).get("prompt"), n) for rid, n in sent]
 
 
