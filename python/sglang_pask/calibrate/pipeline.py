@@ -83,7 +83,8 @@ class Config:
         OperatingPoint(self.schedule, self.interval, self.segment_rule)  # validates schedule and interval
         spec = parse_spec(self.data)
         if spec.get("split") != "calib":
-            raise ValueError(f"--data must be a calibration split (synthetic:calib:N[:PROFILE]), got {self.data!r}")
+            raise ValueError("--data must be a calibration split (synthetic:calib:N[:PROFILE], or "
+                             f"bfcl:CATS:calib=K: BFCL outside the eval=K subset), got {self.data!r}")
         if not 1 <= self.probe_n <= self.fit_n:
             raise ValueError(f"need 1 <= --probe-n ({self.probe_n}) <= --fit-n ({self.fit_n})")
         if self.main_budget not in self.budgets:

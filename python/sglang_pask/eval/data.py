@@ -5,6 +5,11 @@ An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer
 
   ``bfcl:all``                          the 8 AST categories
   ``bfcl:simple_python,live_multiple``  a comma list of them
+  ``bfcl:CATS:eval=K[:seed=S]``         a fixed, seeded, stratified subset: per category the K
+                                        entries first in the order of sha256(seed, id) (all of a
+                                        category with <= K), e.g. ``bfcl:all:eval=25`` (seed 0)
+  ``bfcl:CATS:calib=K[:seed=S]``        the rest of each category in that order: disjoint by id
+                                        from ``eval=K`` with the same seed (for ``pask calibrate``)
   ``synthetic:SPLIT:N[:PROFILE]``       N generated entries of split train|calib|eval (synthetic.py)
   ``synthetic:SPLIT:N[:PROFILE]:group=K`` the same in blocks of K (1..64) consecutive entries
                                         sharing one tools block, e.g. ``synthetic:eval:200:tiny:group=10``
@@ -82,6 +87,51 @@ def load_dir(path: str | Path) -> list[Entry]:
     return out
 
 
+def _parse_bfcl(spec: str, rest: str) -> dict:
+    form = "bfcl:CATS[:eval=K|:calib=K][:seed=S]"
+    cats_part, *opts = rest.split(":")
+    cats = list(BFCL_CATEGORIES) if cats_part in ("", "all") else [c.strip() for c in cats_part.split(",") if c.strip()]
+    out: dict = {"spec": spec, "kind": "bfcl", "categories": cats}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if not eq or key not in ("eval", "calib", "seed") or key in out or (key != "seed" and "split" in out):
+            raise ValueError(f"bad spec {spec!r}: unknown or repeated option {opt!r} (expected {form})")
+        if not value.isdigit() or (key != "seed" and int(value) < 1):
+            kind = "non-negative" if key == "seed" else "positive"
+            raise ValueError(f"bad spec {spec!r}: {key}={value!r} must be a {kind} integer")
+        if key == "seed":
+            out["seed"] = int(value)
+        else:
+            out["split"], out["per_category"] = key, int(value)
+    if "seed" in out and "split" not in out:
+        raise ValueError(f"bad spec {spec!r}: seed= needs eval=K or calib=K (expected {form})")
+    if "split" in out:
+        out.setdefault("seed", 0)
+    return out
+
+
+def bfcl_order(entries: list[Entry], seed: int) -> list[Entry]:
+    """One category's entries in the seeded order the ``eval=K`` / ``calib=K`` subsets cut: by
+    sha256 of ``"<seed>:<id>"`` (independent of file order; ids are unique per category)."""
+    import hashlib
+
+    return sorted(entries, key=lambda e: hashlib.sha256(f"{seed}:{e.id}".encode()).hexdigest())
+
+
+def _bfcl_subset(d: dict) -> list[Entry]:
+    """The entries of a parsed bfcl spec: every entry, or per category the first ``per_category``
+    of :func:`bfcl_order` (``eval``) or the rest (``calib``)."""
+    entries = load_bfcl(d["categories"])
+    if "split" not in d:
+        return entries
+    out: list[Entry] = []
+    for cat in d["categories"]:
+        ordered = bfcl_order([e for e in entries if e.category == cat], d["seed"])
+        k = d["per_category"]
+        out.extend(ordered[:k] if d["split"] == "eval" else ordered[k:])
+    return out
+
+
 def _parse_synthetic(spec: str, rest: str) -> dict:
     form = "synthetic:SPLIT:N[:PROFILE][:group=K]"
     parts = rest.split(":")
@@ -111,8 +161,7 @@ def parse_spec(spec: str) -> dict:
     (file). Raises ValueError if malformed."""
     kind, _, rest = spec.partition(":")
     if kind == "bfcl":
-        cats = list(BFCL_CATEGORIES) if rest in ("", "all") else [c.strip() for c in rest.split(",") if c.strip()]
-        return {"spec": spec, "kind": kind, "categories": cats}
+        return _parse_bfcl(spec, rest)
     if kind == "synthetic":
         return _parse_synthetic(spec, rest)
     if kind == "file":
@@ -124,7 +173,7 @@ def load_spec(spec: str) -> list[Entry]:
     """Entries for one ``--data`` spec (see the module docstring)."""
     d = parse_spec(spec)
     if d["kind"] == "bfcl":
-        return load_bfcl(d["categories"])
+        return _bfcl_subset(d)
     if d["kind"] == "synthetic":
         from sglang_pask.eval import synthetic
 

@@ -1,0 +1,58 @@
+"""The seeded, stratified BFCL subsets of the data spec: ``bfcl:CATS:eval=K`` (per category the K
+entries first in sha256(seed, id) order) and ``bfcl:CATS:calib=K`` (the rest), disjoint by id,
+deterministic, covering every entry; malformed options are refused naming the option."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from sglang_pask.eval.data import BFCL_CATEGORIES, load_bfcl, load_spec, parse_spec
+
+
+def _keys(entries) -> set[tuple[str, str]]:
+    return {(e.category, e.id) for e in entries}
+
+
+def test_eval_and_calib_partition_every_category():
+    full = load_bfcl()
+    ev, cal = load_spec("bfcl:all:eval=25"), load_spec("bfcl:all:calib=25")
+    assert not _keys(ev) & _keys(cal)
+    assert _keys(ev) | _keys(cal) == _keys(full) and len(ev) + len(cal) == len(full)
+    sizes = Counter(e.category for e in full)
+    assert Counter(e.category for e in ev) == {c: min(25, sizes[c]) for c in BFCL_CATEGORIES}
+    # the two small live categories (16 and 24 entries) are whole in the eval subset
+    small = ("live_parallel", "live_parallel_multiple")
+    assert all(sizes[c] <= 25 and not any(e.category == c for e in cal) for c in small)
+    assert [e.id for e in load_spec("bfcl:all:eval=25")] == [e.id for e in ev]  # deterministic
+    other = load_spec("bfcl:all:eval=25:seed=1")
+    assert _keys(other) != _keys(ev) and len(other) == len(ev)  # the seed picks
+    assert parse_spec("bfcl:all:eval=25")["split"] == "eval" and parse_spec("bfcl:all:calib=25")["split"] == "calib"
+
+
+def test_a_category_list_keeps_its_subset():
+    sub = load_spec("bfcl:simple_python,live_simple:eval=5:seed=7")
+    whole = load_spec("bfcl:all:eval=5:seed=7")
+    assert _keys(sub) == {k for k in _keys(whole) if k[0] in ("simple_python", "live_simple")}
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("bfcl:all:eval=0", "eval='0' must be a positive integer"),
+    ("bfcl:all:eval=3:calib=4", "unknown or repeated option 'calib=4'"),
+    ("bfcl:all:seed=1", "seed= needs eval=K or calib=K"),
+    ("bfcl:all:sample=3", "unknown or repeated option 'sample=3'"),
+    ("bfcl:all:calib=x", "calib='x' must be a positive integer"),
+])
+def test_malformed_subset_options_are_named(spec, words):
+    with pytest.raises(ValueError, match="bad spec") as e:
+        parse_spec(spec)
+    assert words in str(e.value)
+
+
+def test_calibration_accepts_only_the_calib_subset():
+    from sglang_pask.calibrate.pipeline import Config
+
+    for data in ("bfcl:all:eval=25", "bfcl:all"):
+        with pytest.raises(ValueError, match="calibration split"):
+            Config(model="m", data=data, groups=2, budgets=(0.33,), out="o.json")
+    assert Config(model="m", data="bfcl:all:calib=25", groups=2, budgets=(0.33,), out="o.json").data
