@@ -1,10 +1,19 @@
-"""``pask calibrate`` end to end at toy size (pask-tiny-fc, 6 calib entries, 16 new tokens, two
-budgets): it writes a policy per budget plus the main one and a report; every policy validates,
-binds to the model and drives the pask method; two runs with the same seed write byte-identical
-policies; the probe methods drop what they say."""
+"""``pask calibrate`` end to end at toy size (pask-tiny-fc, 3 calib entries: 1 probe, 2 fit, 1
+held out; 8 new tokens; two budgets): it writes a policy per budget plus the main one and a report;
+every policy validates, binds to the model and drives the pask method; two runs with the same seed
+write byte-identical policies; the probe methods drop what they say.
+
+Sizes: most of a run is the sensitivity probes' teacher-forced gold NLL (one forward per gold
+token, per probed class and group), so seed 11 makes the probe entry one with a short gold call
+(``synthetic_multiple_calib_1``). Every stage still runs: S, D, the search at each budget, the
+held-out check, the report. Runs get one torch thread, as bench/tiny_calibration_report.sh gives
+them: the tiny model gains nothing from a second, and on a busy machine two spin-waiting threads
+made a run several times slower."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,20 +26,22 @@ from sglang_pask.methods.base import CacheView
 from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 
 FC = ROOT / "models" / "pask-tiny-fc"
-ARGS = ["calibrate", "--model", str(FC), "--data", "synthetic:calib:6:tiny", "--groups", "2",
-        "--budgets", "0.5,0.33", "--fit-n", "4", "--probe-n", "2", "--max-tokens", "16", "--seed", "3"]
+DATA = "synthetic:calib:3:tiny"
+ARGS = ["calibrate", "--model", str(FC), "--data", DATA, "--groups", "2",
+        "--budgets", "0.5,0.33", "--fit-n", "2", "--probe-n", "1", "--max-tokens", "8", "--seed", "11"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def _calibrate(out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "pask"), *ARGS, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+def _pask(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "pask"), *map(str, args)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=ENV)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     outs = [tmp_path_factory.mktemp(f"cal{i}") / "toy.json" for i in range(2)]
     for out in outs:
-        res = _calibrate(out)
+        res = _pask(*ARGS, "--out", out)
         assert res.returncode == 0, res.stderr[-3000:]
     return outs
 
@@ -43,8 +54,8 @@ def test_writes_policies_that_validate_bind_and_run(runs):
     for name in ("toy.json", "toy.b0.5.json", "toy.b0.33.json"):
         p = load_policy(out.with_name(name), model_dir=FC)  # schema + binding
         cal = p.calibration
-        assert cal is not None and cal.split == "calib" and cal.data == "synthetic:calib:6:tiny"
-        assert cal.samples == 2 and cal.seed == 3 and "git " in cal.tool_version
+        assert cal is not None and cal.split == "calib" and cal.data == DATA
+        assert cal.samples == 1 and cal.seed == 11 and "git " in cal.tool_version
         assert len(cal.sensitivity) == len(cal.distortion) == p.num_groups == 2
         assert set(cal.distortion[0]) == {"0.5", "0.33"}
         assert p.point == OperatingPoint("prefill")  # the operating point it was calibrated under
@@ -53,6 +64,8 @@ def test_writes_policies_that_validate_bind_and_run(runs):
     md = out.with_name("toy.calibration.md").read_text()
     for part in ("Task-error sensitivity", "Attention-output distortion", "Family search", "Held-out check"):
         assert part in md
+    doc = json.loads(out.with_name("toy.calibration.json").read_text())
+    assert doc["split_sizes"] == {"probe": 1, "fit": 2, "check": 1}  # every stage ran on something
     assert out.with_name("toy.S.png").stat().st_size > 0 and out.with_name("toy.D.png").stat().st_size > 0
 
 
@@ -61,11 +74,11 @@ def test_same_seed_same_bytes(runs):
         assert runs[0].with_name(name).read_bytes() == runs[1].with_name(name).read_bytes(), name
 
 
-def test_refuses_eval_data(tmp_path):
-    res = subprocess.run([str(Path(sys.executable).parent / "pask"), *ARGS[:4], "synthetic:eval:6:tiny",
-                          *ARGS[5:], "--out", str(tmp_path / "x.json")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert res.returncode == 2 and "calibration split" in res.stderr
+def test_refuses_eval_data(tmp_path, capsys):
+    from sglang_pask import cli
+
+    assert cli.main([*ARGS[:4], "synthetic:eval:6:tiny", *ARGS[5:], "--out", str(tmp_path / "x.json")]) == 2
+    assert "calibration split" in capsys.readouterr().err
 
 
 def _view(classes) -> CacheView:
@@ -118,7 +131,7 @@ def test_residual_shares_tilt_toward_deeper_groups():
     assert _shares([0.9, 0.3], alpha=1.0, tilt=2.0) == [0.428571, 0.571429]  # 0.9 : 0.3 * 4
 
 
-def test_ablations_take_out_one_part(tmp_path):
+def test_ablations_take_out_one_part(tmp_path, capsys):
     from sglang_pask.calibrate.ablation import ablate
     from sglang_pask.policy import load_policy
 
@@ -131,14 +144,14 @@ def test_ablations_take_out_one_part(tmp_path):
     assert (ro.sinks, ro.recent_window) == (p.sinks, p.recent_window) and ro.name.endswith("~residual-only")
     with pytest.raises(ValueError, match="unknown ablation 'x'"):
         ablate(p, "x")
-    pask = str(Path(sys.executable).parent / "pask")
-    res = subprocess.run([pask, "policy", "ablate", str(src), "--variant", "floors-only", "--out",
-                          str(tmp_path / "fo.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
+    from sglang_pask import cli  # the command in-process (the calibrate runs start the console script)
+
+    assert cli.main(["policy", "ablate", str(src), "--variant", "floors-only", "--out", str(tmp_path / "fo.json")]) == 0
     assert load_policy(tmp_path / "fo.json", model_dir=FC) == fo
-    res = subprocess.run([pask, "policy", "ablate", str(tmp_path / "missing.json"), "--variant", "floors-only",
-                          "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert res.returncode == 1 and "missing.json" in res.stderr and not (tmp_path / "x.json").exists()
+    capsys.readouterr()
+    assert cli.main(["policy", "ablate", str(tmp_path / "missing.json"), "--variant", "floors-only",
+                     "--out", str(tmp_path / "x.json")]) == 1
+    assert "missing.json" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
 
 
 def test_class_order_by_total_or_density():
@@ -160,26 +173,23 @@ def test_class_order_by_total_or_density():
         class_order(score, "sum")
 
 
-def test_segment_mode_search_scores_under_the_segment_rule(tmp_path):
+def test_segment_mode_search_scores_under_the_segment_rule(tmp_path, capsys):
     """``--segment system --own-budget 1``: the search and check score PASK and SnapKV with the
     tools block compressed alone and the own tokens kept (what the report says), and the policy
     validates and binds; ``--own-budget`` without ``--segment system`` is one line, rc 2."""
+    from sglang_pask import cli
     from sglang_pask.policy import load_policy
 
-    base = ["calibrate", "--model", str(FC), "--data", "synthetic:calib:5:tiny", "--groups", "2",
-            "--budgets", "0.33", "--fit-n", "3", "--probe-n", "1", "--max-tokens", "12"]
-    pask = str(Path(sys.executable).parent / "pask")
-    bad = subprocess.run([pask, *base, "--own-budget", "1", "--out", str(tmp_path / "x.json")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert bad.returncode == 2 and "--own-budget needs --segment system" in bad.stderr, bad.stderr
+    base = [*ARGS[:7], "--budgets", "0.33", *ARGS[9:]]  # one budget
+    assert cli.main([*base, "--own-budget", "1", "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--own-budget needs --segment system" in err, err
     out = tmp_path / "seg.json"
-    res = subprocess.run([pask, *base, "--segment", "system", "--own-budget", "1", "--out", str(out)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    res = _pask(*base, "--segment", "system", "--own-budget", "1", "--out", out)
     assert res.returncode == 0, res.stderr[-3000:]
     assert load_policy(out, model_dir=FC).point == OperatingPoint("prefill", 1, SegmentRule("system", own_budget=1.0))
     md = out.with_name("seg.calibration.md").read_text()
     assert "scored under `--segment system`" in md and "own tokens at budget 1" in md
-    import json
-
     doc = json.loads(out.with_name("seg.calibration.json").read_text())
     assert doc["config"]["segment"] == "system" and doc["config"]["own_budget"] == 1.0
+    assert set(doc["search"]) == set(doc["check"]) == {"0.33"}  # the search and the check both ran

@@ -1,6 +1,7 @@
 """The in-process scoring API: ``sglang_pask.score`` gives exactly the records ``pask eval`` writes
-(20 entries, pask-tiny-fc, streaming at 0.33), run.json records what ran, and ``gold_nll`` is the
-plain-forward NLL at budget 1.0 and grows when the cache is cut."""
+(4 entries, one per category, pask-tiny-fc, streaming at 0.33, 32 new tokens: two calls pass and
+two fail), run.json records what ran, and ``gold_nll`` is the plain-forward NLL at budget 1.0 and
+grows when the cache is cut."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_python
+from conftest import ROOT
 
 FC = ROOT / "models" / "pask-tiny-fc"
-DATA = "synthetic:eval:20:tiny"
+DATA = "synthetic:eval:4:tiny"
+N = 4
 
 
 def _strip(rec: dict) -> dict:
@@ -22,33 +24,32 @@ def _strip(rec: dict) -> dict:
 
 
 def test_score_in_process_equals_pask_eval(tmp_path):
+    import sglang_pask
+
     out = tmp_path / "run"
     cli = subprocess.run(
         [str(Path(sys.executable).parent / "pask"), "eval", "--data", DATA, "--backend", "hf", "--model", str(FC),
          "--method", "streaming", "--budget", "0.33", "--schedule", "continuous", "--tool-choice", "required",
-         "--max-tokens", "64", "--no-progress", "--out", str(out)],
+         "--max-tokens", "32", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert cli.returncode == 0, cli.stderr[-2000:]
-    code = ("import json, sglang_pask\n"
-            f"recs = sglang_pask.score({str(FC)!r}, 'streaming', {DATA!r}, budget=0.33,\n"
-            "    settings={'max_tokens': 64, 'tool_choice': 'required'})\n"
-            "print('RECORDS' + json.dumps(recs))\n")
-    api = run_python("-c", code, timeout=600)
-    assert api.returncode == 0, api.stderr[-2000:]
-    in_process = json.loads(api.stdout.split("RECORDS", 1)[1])
+    # in this process, from the model directory as the CLI was given it
+    in_process = sglang_pask.score(str(FC), "streaming", DATA, budget=0.33,
+                                   settings={"max_tokens": 32, "tool_choice": "required"})
+    in_process = json.loads(json.dumps(in_process))  # as results.jsonl holds them
     on_disk = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert len(in_process) == 20
+    assert len(in_process) == N
     by_id = {r["id"]: _strip(r) for r in on_disk}
     assert [_strip(r) for r in in_process] == [by_id[r["id"]] for r in in_process]
-    assert 0 < sum(r["valid"] for r in in_process) < 20  # a measurement, not a constant
+    assert 0 < sum(r["valid"] for r in in_process) < N  # a measurement, not a constant
 
     run = json.loads((out / "run.json").read_text())
     assert run["method"]["name"] == "streaming" and run["method"]["budget"] == 0.33
     assert {"schedule", "interval", "sinks"} <= set(run["method"])  # every field of the method
     assert run["schedule"] == "continuous" and run["policy"] is None and run["method_options"] == {}
     assert run["model"]["path"] == str(FC) and run["model"]["fingerprint"].startswith("sha256:")
-    assert run["data_spec"] == {"spec": DATA, "kind": "synthetic", "split": "eval", "n": 20, "profile": "tiny"}
-    assert run["tool_choice"] == "required" and run["max_tokens"] == 64
+    assert run["data_spec"] == {"spec": DATA, "kind": "synthetic", "split": "eval", "n": N, "profile": "tiny"}
+    assert run["tool_choice"] == "required" and run["max_tokens"] == 32
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["method"] == run["method"]
 
