@@ -11,7 +11,9 @@ from sglang_pask.eval import BACKENDS
 
 def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--data", required=True, help="bfcl:all | bfcl:CAT[,CAT...] | synthetic:SPLIT:N[:PROFILE] | file:DIR"
+        "--data", required=True,
+        help="bfcl:all | bfcl:CAT[,CAT...] (+ :eval=K or :calib=K[:seed=S]: a seeded K-per-category subset, "
+        "or the rest) | synthetic:SPLIT:N[:PROFILE] | file:DIR",
     )
     p.add_argument("--backend", choices=sorted(BACKENDS), default="openai")
     p.add_argument("--base-url", help="openai: server URL ending in /v1, e.g. http://127.0.0.1:30000/v1")
