@@ -57,26 +57,14 @@ def _path_error(argv: list[str]) -> str | None:
     return None
 
 
-def _last_value(argv: list[str], flags: tuple[str, ...]) -> str | None:
-    """The value argparse keeps for the option spelled ``flags`` (a name and its aliases): the
-    last one given (``--flag V`` or ``--flag=V``), or None."""
-    value = None
-    for i, a in enumerate(argv):
-        for f in flags:
-            if a == f and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif a.startswith(f + "="):
-                value = a[len(f) + 1:]
-    return value
-
-
 def _flag_error(argv: list[str]) -> str | None:
     """The plugin's check of ``--pask-policy`` (every value given: each must load and be bound to
     the model SGLang will serve) and ``--pask-tag-log``, made before SGLang loads: the one line, or None."""
     from sglang_pask.paths import argv_values
     from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error  # light: no torch, no SGLang
 
-    model, tag_log = _last_value(argv, _MODEL_FLAGS), _last_value(argv, (TAG_LOG_FLAG,))
+    # the values argparse keeps: the last given
+    model, tag_log = ((argv_values(argv, *flags) or [None])[-1] for flags in (_MODEL_FLAGS, (TAG_LOG_FLAG,)))
     policies = argv_values(argv, FLAG)
     for value in dict.fromkeys(policies[:-1]):
         if err := flag_error(value, model):

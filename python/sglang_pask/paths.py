@@ -39,12 +39,14 @@ def file_error(value: str, flag: str) -> str | None:
     return None
 
 
-def argv_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Every value given to ``flag`` in ``argv`` (``--flag V`` and ``--flag=V``)."""
+def argv_values(argv: Sequence[str], *flags: str) -> list[str]:
+    """Every value given to ``flags`` (an option's name and its aliases) in ``argv``, in argv
+    order (``--flag V`` and ``--flag=V``): the last is the one argparse keeps."""
     out = []
     for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            out.append(argv[i + 1])
-        elif a.startswith(flag + "="):
-            out.append(a[len(flag) + 1:])
+        for flag in flags:
+            if a == flag and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif a.startswith(flag + "="):
+                out.append(a[len(flag) + 1:])
     return out
