@@ -77,3 +77,18 @@ def test_sglang_cpu_modules_import():
         "sglang.kernels.ops.kvcache.cache_move; print('ok')",
     )
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_cpu_only_warnings_silenced_and_nothing_else():
+    """In a fresh interpreter (the .pth shim active): SGLang's import-time CPU-only warnings are
+    ignored, any other UserWarning still prints; with CUDA present the shim filters nothing."""
+    code = ("import warnings\n"
+            "warnings.warn('Only CUDA, HIP and XPU support AWQ currently.')\n"
+            "warnings.warn('Triton is not supported on current platform, roll back to CPU.')\n"
+            "warnings.warn('another warning')\n")
+    r = run_python("-c", code)
+    assert r.returncode == 0 and "Only CUDA" not in r.stderr and "Triton" not in r.stderr, r.stderr
+    assert "another warning" in r.stderr
+    cuda = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env_without_cpu_engine(SGLANG_PASK_ASSUME_CUDA="1"))
+    assert "Only CUDA" in cuda.stderr and "Triton" in cuda.stderr, cuda.stderr

@@ -33,6 +33,12 @@ STANDIN_PACKAGES = ("torchvision", "sgl_kernel")
 _MARK = "__pask_standin__"
 
 
+#: Import-time warnings of SGLang modules that cannot apply on a machine without CUDA (each says a
+#: GPU kernel family is unavailable; the CPU path never calls those kernels): message regexes,
+#: all UserWarning. ``activate()`` silences them; nothing else is filtered.
+CPU_ONLY_WARNINGS = (r"Only CUDA", r"Triton is not supported on current platform")
+
+
 class StandInCalled(RuntimeError):
     """Raised when code calls into a CPU stand-in (an op that has no CPU implementation here)."""
 
@@ -114,13 +120,18 @@ def is_standin(module_or_obj) -> bool:
 def activate() -> bool:
     """Enable the shim in this interpreter. Idempotent. Returns True when it is (now) active.
 
-    Effects: sets ``SGLANG_USE_CPU_ENGINE=1`` unless the user set it, and appends the stand-in
-    finder to ``sys.meta_path``. Set ``SGLANG_PASK_CPU_SHIM=0`` to disable it.
+    Effects: sets ``SGLANG_USE_CPU_ENGINE=1`` unless the user set it, appends the stand-in finder
+    to ``sys.meta_path`` and ignores :data:`CPU_ONLY_WARNINGS`. Set ``SGLANG_PASK_CPU_SHIM=0`` to
+    disable it.
     """
     if os.environ.get("SGLANG_PASK_CPU_SHIM", "1") == "0" or cuda_present():
         return False
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     add_standins(STANDIN_PACKAGES)
+    import warnings
+
+    for message in CPU_ONLY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     return True
 
 
