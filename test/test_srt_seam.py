@@ -51,9 +51,12 @@ def _calls(text: str) -> list[tuple[int, str]]:
 
 
 def test_nothing_registers_with_sglang_outside_the_seam():
-    names = ("HookRegistry.register", "apply_hooks", "register_radix_cache_backend", "plugin_hook")
+    names = ("HookRegistry.register", "apply_hooks", "register_radix_cache_backend", "plugin_hook",
+             "exception_handler", "add_exception_handler")
     bad = [f"{path}:{line}: {callee}(...)" for path, text in _sources().items() if not path.endswith("srt/seam.py")
            for line, callee in _calls(text) if callee.endswith(names)]
+    bad += [f"{path}: sets an app's exception_handlers" for path, text in _sources().items()
+            if not path.endswith("srt/seam.py") and re.search(r"exception_handlers\[[^]]*\]\s*=(?!=)", text)]
     assert not bad, "registrations outside srt/seam.py:\n" + "\n".join(bad)
     assert any(c == "HookRegistry.register" for _l, c in _calls((SRC / "srt" / "seam.py").read_text()))
 
@@ -75,6 +78,9 @@ def test_declarations_are_data():
     with pytest.raises(AttributeError):
         hooks[0].target = "x"  # frozen
     assert any(isinstance(d, seam.Registration) and d.name == seam.RADIX_BACKEND for d in seam.DECLARED)
+    handlers = [d for d in seam.DECLARED if isinstance(d, seam.AppHandler)]
+    assert [(d.app, d.exc, d.group) for d in handlers] == [
+        ("sglang.srt.entrypoints.http_server.app", "fastapi.exceptions.RequestValidationError", seam.PASK)]
 
 
 # --- everything resolves in the installed SGLang ------------------------------------------
@@ -161,6 +167,12 @@ _APPLIED = (
     "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', persist_hooks.around_release)\n"
     "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', tag_hooks.around_release)\n"
     "assert not seam._installed('sglang.srt.mem_cache.common.release_kv_cache', seam._noop_after)\n"
+    "from fastapi.exceptions import RequestValidationError\n"
+    "from sglang.srt.entrypoints.http_server import app, validation_exception_handler\n"
+    "from sglang_pask.srt import error_hooks\n"
+    "held = app.exception_handlers[RequestValidationError]\n"
+    "assert seam._in_chain(held, error_hooks.around_validation_handler)\n"
+    "assert held.__wrapped__ is validation_exception_handler\n"
     "print('ok', len(seam.declared()))\n"
 )
 _CHILD = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('not reached')\n"
@@ -174,7 +186,8 @@ _CASES = {
 def test_applied_in_a_fresh_process_everything_is_in_place(fresh):
     """Both groups applied as the plugin does (its own apply + check), then each declaration
     checked again here: every hook function is in the wrapper chain at its target, the backend
-    reads back as ours, every subclass and stamp holds."""
+    reads back as ours, every subclass and stamp holds, and SGLang's app holds our validation
+    handler around its own."""
     status, out, err = fresh["applied"]
     assert status == 0, err[-3000:]
     assert out.split() == ["ok", str(len(seam.DECLARED))]

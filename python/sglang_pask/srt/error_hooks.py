@@ -1,20 +1,41 @@
-"""Short request errors (HTTP process; active only with a policy, like every other hook; the
-target is declared in :mod:`.seam`).
+"""Short request errors: every 4xx message is one line, naming what is wrong, never a traceback
+fragment, a file path or a dump (active only with a policy, like every other hook; each target is
+declared in :mod:`.seam`).
 
-SGLang answers a tool whose ``parameters`` is not a valid JSON Schema with HTTP 400 and
-``str(jsonschema.SchemaError)``: the useful first line, then a 15-30 line dump of the
-metaschema rule and the offending subschema. AFTER ``OpenAIServingChat._validate_request`` keeps
-the first line and the location (``schema['properties']['x']['type']``); SGLang is not patched
-and every other message passes through unchanged. A request SGLang accepts but
-:func:`sglang_pask.rendering.validate_request_text` refuses (a special-token string inside a tool
-or message) gets that one line as its 400.
+* HTTP process, FastAPI's ``RequestValidationError`` (malformed JSON, a missing or ill-typed
+  field): SGLang's handler answers 400 with ``str(exc)``, which carries the endpoint context
+  (``File "/.../http_server.py", line N, in ...``) and the raw error dicts. The seam wraps the
+  handler SGLang's app holds (:func:`around_validation_handler`): the same shape and status, and a
+  message built from ``exc.errors()`` (:func:`validation_message`); SGLang's own envelopes for
+  ``/v1/messages`` (already a ``loc: msg`` digest) and ``/v1/systemone`` (FastAPI's detail list)
+  are left to SGLang's handler.
+* HTTP process, AFTER ``OpenAIServingChat._validate_request``: a tool whose ``parameters`` is not
+  a valid JSON Schema gets ``str(jsonschema.SchemaError)`` from SGLang (the useful first line, then
+  a 15-30 line dump of the metaschema rule); kept are the first line and the location
+  (``schema['properties']['x']['type']``). A request SGLang accepts but
+  :func:`sglang_pask.rendering.validate_request_text` refuses (a special-token string inside a tool
+  or message) gets that one line as its 400.
+* Scheduler, AFTER ``validate_input_length``: SGLang refuses a prompt of ``max_req_input_len``
+  tokens or more with a generic "exceeds the maximum allowed length". With a policy that limit is
+  usually the per-unit KV pool (``ceil(b x --max-total-tokens)`` slots: a prompt is prefilled whole
+  before it is compressed), far below what the same ``--max-total-tokens`` admits stock; the
+  message names the limit that refused it (:func:`length_message`). The pool geometry is recorded
+  AFTER ``KVCacheConfigurator.configure`` (:data:`LIMITS`, one per scheduler process).
+
+SGLang is not patched otherwise; every other message passes through unchanged.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _LOCATION = re.compile(r"^On (schema\S*?):?$", re.M)
+#: at most this many field errors are named in one message (a union of message types fails
+#: once per member); the rest are counted
+MAX_ERRORS = 4
+#: the paths whose validation envelope SGLang's own handler writes (not ``str(exc)``)
+_SGLANG_ENVELOPES = ("/v1/messages", "/v1/systemone")
 
 
 def short_schema_error(message: str) -> str:
@@ -44,3 +65,115 @@ def after_validate(result, serving=None, request=None, *args, **kwargs):
         except ToolSchemaError as e:
             return str(e)
     return result
+
+
+# --- malformed requests (FastAPI's RequestValidationError) ------------------------------------
+
+def _one_line(text) -> str:
+    return " ".join(str(text or "").split())
+
+
+def _loc(loc) -> str:
+    """``("body", "messages", 0, "content")`` -> ``body.messages[0].content``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _json_position(body, pos) -> str:
+    """`` (line L, column C)`` of character ``pos`` (0-based) in ``body``, as ``json`` counts them."""
+    if not isinstance(pos, int):
+        return ""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return f" (character {pos + 1})"
+    return f" (line {body.count(chr(10), 0, pos) + 1}, column {pos - body.rfind(chr(10), 0, pos)})"
+
+
+def validation_message(errors, body=None) -> str:
+    """One line from FastAPI's ``exc.errors()``: ``invalid JSON in the request body: <what>
+    (line L, column C)`` for a body that does not parse, ``<loc>: <msg>`` for each other error
+    (joined with ``; ``, at most :data:`MAX_ERRORS`). The erroneous input is not echoed."""
+    parts = []
+    for err in errors or ():
+        loc = tuple(err.get("loc") or ())
+        if err.get("type") == "json_invalid":
+            what = _one_line((err.get("ctx") or {}).get("error")) or "does not parse"
+            parts.append(f"invalid JSON in the request body: {what}"
+                         f"{_json_position(body, loc[-1] if loc else None)}")
+        else:
+            msg = _one_line(err.get("msg")) or "invalid"
+            parts.append(f"{_loc(loc)}: {msg}" if loc else msg)
+    if len(parts) > MAX_ERRORS:
+        parts = [*parts[:MAX_ERRORS], f"and {len(parts) - MAX_ERRORS} more"]
+    return "; ".join(parts) or "invalid request"
+
+
+async def around_validation_handler(original, request, exc):
+    """What SGLang's app answers a ``RequestValidationError`` with: SGLang's envelope and status
+    (400, ``ErrorResponse``; the nested ``{"error": ...}`` on ``/v1/responses``), our one-line
+    message. ``/v1/messages`` and ``/v1/systemone`` keep SGLang's handler."""
+    path = request.url.path.removeprefix(request.scope.get("root_path", ""))
+    if path.startswith(_SGLANG_ENVELOPES):
+        return await original(request, exc)
+    from http import HTTPStatus
+
+    from fastapi.responses import JSONResponse
+    from sglang.srt.entrypoints.openai.protocol import ErrorResponse
+
+    message, status = validation_message(exc.errors(), getattr(exc, "body", None)), HTTPStatus.BAD_REQUEST
+    if path.startswith("/v1/responses"):
+        nested = {"message": message, "type": status.phrase, "param": None, "code": status.value}
+        return JSONResponse(status_code=status.value, content={"error": nested})
+    err = ErrorResponse(message=message, type=status.phrase, code=status.value)
+    return JSONResponse(status_code=status.value, content=err.model_dump())
+
+
+# --- prompts too long for the per-unit pools (scheduler) ---------------------------------------
+
+@dataclass(frozen=True)
+class PromptLimits:
+    """What bounds a prompt in one scheduler process: the model's ``context_len`` and the slots
+    per unit of the PASK pool (``capacity``: the scheduler's ``max_total_num_tokens``) at
+    ``budget``. SGLang's ``max_req_input_len`` is ``min(context_len, capacity) - 6``."""
+    context_len: int
+    capacity: int
+    budget: float
+
+
+#: this process's limits, recorded once its KV pools are built (None: no PASK pool here)
+LIMITS: PromptLimits | None = None
+
+
+def length_message(tokens: int, max_req_input_len: int, limits: PromptLimits) -> str:
+    """The 400 for a prompt of ``tokens`` refused at ``max_req_input_len`` (SGLang refuses
+    ``tokens >= max_req_input_len``), naming the limit that refused it."""
+    head = f"the prompt has {tokens} tokens; "
+    at_most = max_req_input_len - 1
+    if limits.capacity < limits.context_len:
+        return (f"{head}with --pask-policy at budget {limits.budget:g} the server accepts at most {at_most} "
+                f"(the per-unit KV pool of {limits.capacity} slots holds a whole prompt before it is "
+                "compressed; raise --max-total-tokens)")
+    return f"{head}the server accepts at most {at_most} (the model's context length is {limits.context_len} tokens)"
+
+
+def after_configure(result, configurator=None, *args, **kwargs):
+    """Record :data:`LIMITS` when the pools built are PASK's; the result unchanged."""
+    global LIMITS
+    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.serving import active_config
+
+    alloc, config = getattr(result, "token_to_kv_pool_allocator", None), active_config()
+    if isinstance(alloc, PaskAllocator) and config is not None:
+        LIMITS = PromptLimits(int(configurator.model_config.context_len), int(alloc.capacity), config.budget)
+    return result
+
+
+def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwargs):
+    """SGLang's refusal of a too-long prompt, reworded by :func:`length_message`; None (accepted,
+    or truncated with ``--allow-auto-truncate``) unchanged."""
+    if not isinstance(result, str) or LIMITS is None or req is None or max_req_input_len is None:
+        return result
+    return length_message(len(req.origin_input_ids), int(max_req_input_len), LIMITS)

@@ -1,15 +1,17 @@
 """The one seam between the plugin and SGLang: every hook target, every registration into an
-SGLang registry, every SGLang class we subclass and every attribute we stamp on SGLang objects,
-declared here as data (:data:`DECLARED`), applied here and checked here.
+SGLang registry, every SGLang class we subclass, every attribute we stamp on SGLang objects and
+every exception handler we wrap on SGLang's FastAPI app, declared here as data
+(:data:`DECLARED`), applied here and checked here.
 
 Two groups: :data:`ALWAYS` (the CLI flag hooks, in every process) and :data:`PASK` (only with a
 policy). :func:`apply` registers a group's hooks with SGLang's ``HookRegistry``, applies them,
-registers its backends, and then checks -- itself, since ``HookRegistry.apply_hooks`` only logs a
-target that fails to resolve -- that the installed SGLang is :data:`SGLANG_VERSION`, that every
-declared name resolves, that every hook function is really installed on its target, and that
-every registration reads back. Any failure raises :class:`SeamError` (a ``SystemExit``: SGLang's
-plugin loader catches ``Exception`` only) with one line naming it; so no process runs PASK
-half-applied.
+registers its backends, wraps its app handlers, and then checks -- itself, since
+``HookRegistry.apply_hooks`` only logs a target that fails to resolve -- that the installed SGLang
+is :data:`SGLANG_VERSION`, that every declared name resolves, that every hook function is really
+installed on its target, that every registration reads back and that the app holds every
+handler (in the process that serves HTTP). Any failure raises :class:`SeamError` (a
+``SystemExit``: SGLang's plugin loader catches ``Exception`` only) with one line naming it; so no
+process runs PASK half-applied.
 
 The launcher runs :mod:`.preflight` before it imports SGLang (that takes seconds): the same
 version check and a static resolution of every declared SGLang name in the installed sources,
@@ -104,13 +106,30 @@ class Stamp:
         return (self.on,)
 
 
+@dataclass(frozen=True)
+class AppHandler:
+    """``hook`` (ours, ``module:function``, called as ``await hook(original, request, exc)``) wraps
+    the handler SGLang's FastAPI ``app`` (dotted) holds for exception class ``exc`` (dotted).
+    SGLang registers its handlers with ``@app.exception_handler``, so hooking the module's function
+    would not change what the app calls: the entry in ``app.exception_handlers`` is replaced,
+    before the app serves (Starlette copies the handlers when it first builds its middleware).
+    Only in the process that serves HTTP (see :func:`_serves_http`)."""
+    app: str
+    exc: str
+    hook: str
+    group: str = PASK
+
+    def names(self) -> tuple[str, ...]:
+        return (self.app,)
+
+
 _CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 _XGRAMMAR = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar"
 _CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _COMMON = "sglang.srt.mem_cache.common"
 _SRT = "sglang_pask.srt"
 
-DECLARED: tuple[Hook | Registration | Subclass | Stamp, ...] = (
+DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
     # -- always: the CLI flags (plugin) --
     Hook("sglang.srt.server_args.ServerArgs.add_cli_args", "after", f"{_SRT}.plugin:_add_flag", ALWAYS),
     Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "around", f"{_SRT}.plugin:_capture", ALWAYS),
@@ -121,7 +140,6 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp, ...] = (
     Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_SRT}.tag_hooks:around_accept"),
     Hook(f"{_XGRAMMAR}.rollback", "around", f"{_SRT}.tag_hooks:around_rollback"),
     Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.tag_hooks:around_release"),
-    Hook(f"{_CHAT}._validate_request", "after", f"{_SRT}.error_hooks:after_validate"),
     Stamp("_pask_prompt_tagger", _CHAT, "the prompt tagger, built once per HTTP process"),
     Stamp("_pask_tracker", _XGRAMMAR, "the request's output structure tracker"),
     Stamp("_pask_vocab", _XGRAMMAR, "xgrammar's decoded vocabulary, for the tracker"),
@@ -130,6 +148,12 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp, ...] = (
     Stamp("kv_hints", "sglang.srt.managers.io_struct.GenerateReqInput", "carries the tags", ours=False),
     Stamp("extra_key", "sglang.srt.managers.io_struct.GenerateReqInput",
           "the shared segment's radix namespace", ours=False),
+    # -- one-line request errors (error_hooks) --
+    Hook(f"{_CHAT}._validate_request", "after", f"{_SRT}.error_hooks:after_validate"),
+    AppHandler("sglang.srt.entrypoints.http_server.app", "fastapi.exceptions.RequestValidationError",
+               f"{_SRT}.error_hooks:around_validation_handler"),
+    Hook(f"{_CFG}.configure", "after", f"{_SRT}.error_hooks:after_configure"),
+    Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_SRT}.error_hooks:after_validate_length"),
     # -- per-unit KV pools and compression (persist_hooks, segments) --
     Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_SRT}.persist_hooks:around_build_pool"),
     Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_SRT}.persist_hooks:around_build_allocator"),
@@ -234,6 +258,11 @@ def _installed(target: str, fn) -> bool:
     raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
     if isinstance(raw, (classmethod, staticmethod)):
         raw = raw.__func__
+    return _in_chain(raw, fn)
+
+
+def _in_chain(raw, fn) -> bool:
+    """Whether a wrapper in the chain from ``raw`` (following ``__wrapped__``) closes over ``fn``."""
     seen = 0
     while raw is not None and seen < 64:
         if any(_cell(c) is fn for c in getattr(raw, "__closure__", None) or ()):
@@ -249,10 +278,43 @@ def _cell(cell):
         return None
 
 
+def _serves_http() -> bool:
+    """Whether this process is the one that serves SGLang's FastAPI app: the launcher, which no
+    ``multiprocessing`` parent started (the scheduler and detokenizer are its children). A child
+    neither imports the app's module (about 2 s) nor wraps or checks its handlers."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is None
+
+
+def wrap_handler(d: AppHandler) -> None:
+    """``d.hook`` around the handler ``d.app`` holds for ``d.exc`` (the wrapper keeps that handler
+    as ``__wrapped__``); raises :class:`SeamError` when there is none or the app already serves."""
+    try:
+        app, exc, fn = resolve(d.app), resolve(d.exc), resolve(d.hook)
+    except Exception as e:
+        raise SeamError(f"SGLang target {d.app} does not resolve: {e}") from None
+    original = app.exception_handlers.get(exc)
+    if original is None:
+        raise SeamError(f"{d.app} holds no handler for {d.exc}")
+    if getattr(app, "middleware_stack", None) is not None:
+        raise SeamError(f"{d.app} already serves: its handler for {d.exc} can no longer be wrapped")
+
+    async def handler(request, error):
+        return await fn(original, request, error)
+
+    handler.__wrapped__ = original
+    app.exception_handlers[exc] = handler
+
+
 def check(d) -> str | None:
     """Why the (applied) declaration ``d`` is not in force in this process, or None."""
     try:
-        if isinstance(d, Hook):
+        if isinstance(d, AppHandler):
+            if _serves_http() and not _in_chain(resolve(d.app).exception_handlers.get(resolve(d.exc)),
+                                                resolve(d.hook)):
+                return f"hook {d.hook} is not {d.app}'s handler of {d.exc}"
+        elif isinstance(d, Hook):
             resolve(d.target)
             if not _installed(d.target, resolve(d.hook)):
                 return f"hook {d.hook} is not installed on {d.target}"
@@ -313,6 +375,9 @@ def apply(group: str) -> None:
                 raise SeamError(f"hook {d.hook} does not resolve: {e}") from None
             HookRegistry.register(d.target, fn, HookType[d.kind.upper()])
     HookRegistry.apply_hooks()
+    for d in items:
+        if isinstance(d, AppHandler) and _serves_http():
+            wrap_handler(d)
     for d in items:
         if isinstance(d, Registration):
             try:
