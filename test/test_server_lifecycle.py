@@ -1,4 +1,4 @@
-"""The test server helper reports a failed start with the server's log; Ctrl-C stops `make serve`.
+"""The test server helper reports a failed start with the server's log; Ctrl-C or SIGTERM stops `make serve`.
 (That it stops the whole server tree by PID when the test body fails is checked on the server
 test_eval_server_dies.py starts anyway: one server start fewer.)"""
 
@@ -16,9 +16,11 @@ def test_start_failure_reports_log():
             pass
 
 
-def test_ctrl_c_stops_make_serve_cleanly(tmp_path):
-    """Ctrl-C in the terminal (SIGINT to the whole foreground process group) stops `make serve`
-    with a policy: every process exits, nothing prints a traceback."""
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_make_serve_cleanly(tmp_path, sig):
+    """Ctrl-C in the terminal (SIGINT to the whole foreground process group), or SIGTERM to the
+    group (a container or service manager stopping it), stops `make serve` with a policy: every
+    process exits, nothing prints a traceback or reports a crashed child, the launcher exits 0."""
     import os
     import signal
     import subprocess
@@ -48,17 +50,20 @@ def test_ctrl_c_stops_make_serve_cleanly(tmp_path):
             time.sleep(0.5)
         pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
         assert len(pids) >= 3, log.read_text()[-2000:]
-        os.killpg(proc.pid, signal.SIGINT)
-        # GNU make, on SIGINT, waits for its recipe and then re-raises the signal on itself, so its own
-        # status is -SIGINT (what a shell shows as nothing). The server under it must exit 0: make
-        # prints "make: *** [...] Error N" or "Interrupt" for a recipe that failed or died by signal.
-        assert proc.wait(timeout=60) in (0, -signal.SIGINT)
+        signum = getattr(signal, sig)
+        os.killpg(proc.pid, signum)
+        # GNU make, on SIGINT or SIGTERM, waits for its recipe and then re-raises the signal on itself,
+        # so its own status is -signum (what a shell shows as nothing). The server under it must exit 0:
+        # make prints "make: *** [...] Error N" or "Interrupt"/"Terminated" for a recipe that failed or
+        # died by signal.
+        assert proc.wait(timeout=60) in (0, -signum)
         time.sleep(1)
         alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         text = log.read_text()
         assert not alive, f"still alive: {alive}"
         assert "make: ***" not in text, text[-3000:]
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+        assert "crashed with exit code" not in text and "SIGQUIT received" not in text, text[-3000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import os
 
-#: set by the launcher, inherited by the server's child processes (:func:`child_ignores_ctrl_c`)
+#: set by the launcher, inherited by the server's child processes (:func:`child_leaves_stop_to_launcher`)
 ENV_LAUNCHER = "SGLANG_PASK_LAUNCHER"
 
 
-def child_ignores_ctrl_c() -> None:
-    """In a child process of the launcher (the plugin calls this in every process): ignore SIGINT.
-    Ctrl-C in a terminal reaches the whole process group; the launcher alone handles it (SGLang's
-    shutdown then kills its children by PID), so the scheduler and detokenizer no longer die
-    mid-loop printing KeyboardInterrupt tracebacks."""
+def child_leaves_stop_to_launcher() -> None:
+    """In a child process of the launcher (the plugin calls this in every process): ignore SIGINT
+    and SIGTERM. Ctrl-C in a terminal, and a stop sent to the whole process group (``kill --
+    -PGID``, a container or service manager), reach every process; the launcher alone handles
+    them (SGLang drains, asks the schedulers to exit, then kills its children by PID), so the
+    scheduler and detokenizer no longer die first -- which SGLang reports as a crashed child,
+    answers with SIGQUIT and ends with the launcher killed (-9). A child still dies with the
+    launcher: SGLang sets SIGKILL as its parent-death signal."""
     import multiprocessing
     import signal
 
     if os.environ.get(ENV_LAUNCHER) == "1" and multiprocessing.parent_process() is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -188,9 +188,9 @@ def register() -> None:
     """Entry point SGLang runs in every process: the seam's always-on group (the CLI flags), and
     with ``$SGLANG_PASK_POLICY`` (a child process) its PASK group; each applied and checked, a
     failure stops the process with one line (:class:`.seam.SeamError`)."""
-    from sglang_pask.process import child_ignores_ctrl_c
+    from sglang_pask.process import child_leaves_stop_to_launcher
 
-    child_ignores_ctrl_c()
+    child_leaves_stop_to_launcher()
     seam.apply(seam.ALWAYS)
     policy = os.environ.get(ENV_POLICY)
     if policy:
