@@ -77,6 +77,7 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
     "pask-tiny-fc-server-required-n200": "bash bench/tiny_server_eval.sh",
     "pask-tiny-fc-server-auto-n200": "TOOL_CHOICE=auto bash bench/tiny_server_eval.sh",
+    "qwen2.5-coder-0.5b-bfcl-eval25-full": "bash bench/real_model_bfcl.sh",
 }
 
 #: markdown written by a command, in the order a section shows it (report.md only without report.json)

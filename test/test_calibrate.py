@@ -39,9 +39,11 @@ def _pask(*args) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """Two runs of one seed: the first reuses prompt forwards (the default prefill memo), the
+    second runs every forward (--prefill-memo-mb 0); their files must be byte-identical."""
     outs = [tmp_path_factory.mktemp(f"cal{i}") / "toy.json" for i in range(2)]
-    for out in outs:
-        res = _pask(*ARGS, "--out", out)
+    for out, memo in zip(outs, ([], ["--prefill-memo-mb", "0"])):
+        res = _pask(*ARGS, *memo, "--out", out)
         assert res.returncode == 0, res.stderr[-3000:]
     return outs
 
@@ -69,9 +71,14 @@ def test_writes_policies_that_validate_bind_and_run(runs):
     assert out.with_name("toy.S.png").stat().st_size > 0 and out.with_name("toy.D.png").stat().st_size > 0
 
 
-def test_same_seed_same_bytes(runs):
+def test_same_seed_same_bytes_with_and_without_the_prefill_memo(runs):
     for name in ("toy.json", "toy.b0.5.json", "toy.b0.33.json"):
         assert runs[0].with_name(name).read_bytes() == runs[1].with_name(name).read_bytes(), name
+    memo, off = (json.loads(r.with_name("toy.calibration.json").read_text()) for r in runs)
+    stats = memo["prefill_memo (this invocation)"]
+    assert stats["hits"] > stats["misses"] > 0, stats  # probes and members reused the forwards
+    assert "prefill_memo (this invocation)" not in off
+    assert memo["sensitivity"] == off["sensitivity"] and memo["distortion"] == off["distortion"]
 
 
 def test_refuses_eval_data(tmp_path, capsys):
@@ -79,6 +86,25 @@ def test_refuses_eval_data(tmp_path, capsys):
 
     assert cli.main([*ARGS[:4], "synthetic:eval:6:tiny", *ARGS[5:], "--out", str(tmp_path / "x.json")]) == 2
     assert "calibration split" in capsys.readouterr().err
+    assert cli.main([*ARGS, "--prefill-memo-mb", "-1", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--prefill-memo-mb must be >= 0" in capsys.readouterr().err
+    assert cli.main([*ARGS, "--check-n", "0", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--check-n must be >= 1" in capsys.readouterr().err
+
+
+def test_check_n_caps_the_held_out_check():
+    from sglang_pask.calibrate.pipeline import Config, _split
+    from sglang_pask.eval.data import load_spec
+
+    entries = load_spec("synthetic:calib:10:tiny")
+    cfg = Config(model=str(FC), data="synthetic:calib:10:tiny", groups=2, budgets=(0.33,), out="x.json",
+                 fit_n=4, probe_n=2)
+    probe, fit, check = _split(entries, cfg)
+    assert (len(probe), len(fit), len(check)) == (2, 4, 6)
+    cfg3 = Config(**{**cfg.__dict__, "check_n": 3})
+    capped = _split(entries, cfg3)
+    assert capped[1] == fit and capped[2] == check[:3]  # the same fit set; the first 3 of the rest
+    assert "check_n" not in cfg.record_key() and cfg3.record_key()["check_n"] == 3  # older records match
 
 
 def _view(classes) -> CacheView:

@@ -73,3 +73,61 @@ def test_sweep_pask_needs_a_policy(tmp_path, capsys):
             "--out", str(tmp_path)]
     assert cli.main(argv) == 2
     assert "add --policy FILE" in capsys.readouterr().err
+
+
+def _records(out):
+    """cell -> id -> its record without timings (``meta.latency_s``)."""
+    from sglang_pask.eval.harness import read_results
+
+    got = {}
+    for d in sorted(p for p in out.iterdir() if p.is_dir()):
+        recs = read_results(d / "results.jsonl")
+        for r in recs.values():
+            assert r["meta"].pop("latency_s") >= 0
+        got[d.name] = recs
+    return got
+
+
+def _files(out, name):
+    return {d.name: (d / name).read_text() for d in sorted(p for p in out.iterdir() if p.is_dir())}
+
+
+def test_shared_prefill_writes_the_cell_by_cell_records_and_resumes(tmp_path):
+    """Entry by entry with one prompt forward per statistics kind (none: full, streaming;
+    accumulated: h2o) writes what cell by cell writes, record for record; a half-finished shared
+    sweep resumes with exactly the missing (cell, entry) pairs."""
+    def argv(name, *extra):
+        return ["sweep", "--model", str(FC), "--data", "synthetic:eval:3:tiny", "--methods", "full,streaming,h2o",
+                "--budgets", "0.33", "--schedules", "prefill,continuous", "--tool-choice", "required",
+                "--max-tokens", "16", "--out", str(tmp_path / name), "--results", str(tmp_path / f"{name}-report"),
+                "--no-progress", *extra]
+
+    assert cli.main(argv("shared")) == 0
+    assert cli.main(argv("cells", "--no-share-prefill")) == 0
+    shared, cells = tmp_path / "shared", tmp_path / "cells"
+    meta = {n: json.loads((tmp_path / f"{n}-report" / "meta.json").read_text()) for n in ("shared", "cells")}
+    assert meta["shared"]["prefill_shared"] and not meta["cells"]["prefill_shared"]
+    assert meta["cells"]["command"].endswith(" --no-share-prefill")
+    assert [c["prefill_shared"] for c in meta["shared"]["cells"]] == [True] * 5
+    assert [(c["cell"], c["entries_run"]) for c in meta["shared"]["cells"]] == [
+        (c["cell"], 3) for c in meta["cells"]["cells"]]
+    first = _records(shared)
+    assert len(first) == 5 and all(len(r) == 3 for r in first.values())
+    assert first == _records(cells)  # every field but timings
+    for name in ("run.json", "summary.json", "summary.md"):
+        assert _files(shared, name) == _files(cells, name), name
+    report = {n: (tmp_path / f"{n}-report" / "report.md").read_text() for n in ("shared", "cells")}
+    assert report["shared"] == report["cells"]
+
+    # half finished: one cell lost its last two entries (one as a torn line), one its first, one all
+    lost = {"streaming-continuous-0.33": 2, "h2o-prefill-0.33": 1, "full": 3}
+    for cell, n in lost.items():
+        path = shared / cell / "results.jsonl"
+        lines = path.read_text().splitlines(keepends=True)
+        keep = lines[n:] if cell == "h2o-prefill-0.33" else lines[:len(lines) - n]
+        torn = lines[-1][:25] if cell == "streaming-continuous-0.33" else ""
+        path.write_text("".join(keep) + torn)
+    assert cli.main(argv("shared")) == 0
+    meta = json.loads((tmp_path / "shared-report" / "meta.json").read_text())
+    assert {c["cell"]: c["entries_run"] for c in meta["cells"]} == {c: lost.get(c, 0) for c in first}
+    assert _records(shared) == first

@@ -15,7 +15,8 @@ def _floats(text: str) -> tuple:
 
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
-    p.add_argument("--data", required=True, help="calibration data: synthetic:calib:N[:PROFILE]")
+    p.add_argument("--data", required=True, help="calibration data: synthetic:calib:N[:PROFILE] or bfcl:CATS:calib=K "
+                   "(BFCL outside the eval=K subset)")
     p.add_argument("--groups", type=int, required=True, help="number of layer groups (consecutive, even)")
     p.add_argument("--budgets", type=_floats, default=(0.5, 0.33, 0.2), help="comma list (default 0.5,0.33,0.2)")
     p.add_argument("--schedule", default="prefill", choices=("prefill", "continuous"),
@@ -32,6 +33,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
     # the rule the search scores under, recorded in every policy written (default: none)
     SegmentRule.add_flags(p, help_prefix="score the search under this segment rule, and record it: ")
+    p.add_argument("--check-n", type=int, default=None,
+                   help="held-out calib entries the chosen policies are checked on (default: all the rest)")
+    p.add_argument("--prefill-memo-mb", type=int, default=2048,
+                   help="MiB of prompt forwards reused across probes and search members (0: none; "
+                        "the results are the same, only the time differs; default 2048)")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -50,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = Config(model=args.model, data=args.data, groups=args.groups, budgets=args.budgets, out=args.out,
                      schedule=args.schedule, interval=args.interval, seed=args.seed, fit_n=args.fit_n,
                      probe_n=args.probe_n, max_tokens=args.max_tokens, tool_choice=args.tool_choice,
-                     main_budget=args.main_budget, segment_rule=rule)
+                     main_budget=args.main_budget, segment_rule=rule, prefill_memo_mb=args.prefill_memo_mb,
+                     check_n=args.check_n)
     except ValueError as e:
         print(f"pask calibrate: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -59,6 +60,11 @@ class Config:
     #: prompt per request; ``system``: the tools block compressed alone, as a server with the
     #: radix cache on, and each request's own tokens at its own budget)
     segment_rule: SegmentRule = field(default_factory=SegmentRule)
+    #: MiB of prompt forwards kept for reuse across probes and members (:mod:`sglang_pask.hf.memo`;
+    #: 0: none). Results are the same with any size, so it is not part of :meth:`record_key`.
+    prefill_memo_mb: int = 2048
+    #: held-out check entries (None: every calib entry outside the fit set)
+    check_n: Optional[int] = None
 
     @property
     def point(self) -> OperatingPoint:
@@ -68,7 +74,10 @@ class Config:
     def record_key(self) -> dict:
         """What a resumed run must match (the segment rule flat, as earlier records hold it:
         fields at their defaults are left out, so older records still match)."""
-        key = {k: v for k, v in asdict(self).items() if k not in ("out", "segment_rule", "interval")}
+        key = {k: v for k, v in asdict(self).items()
+               if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n")}
+        if self.check_n is not None:
+            key["check_n"] = self.check_n
         rule = self.segment_rule.record()
         key["segment"], key["own_budget"] = rule["segment"], rule["own_budget"]
         if self.interval != 1:
@@ -87,6 +96,10 @@ class Config:
                              f"bfcl:CATS:calib=K: BFCL outside the eval=K subset), got {self.data!r}")
         if not 1 <= self.probe_n <= self.fit_n:
             raise ValueError(f"need 1 <= --probe-n ({self.probe_n}) <= --fit-n ({self.fit_n})")
+        if self.check_n is not None and self.check_n < 1:
+            raise ValueError(f"--check-n must be >= 1, got {self.check_n}")
+        if self.prefill_memo_mb < 0:
+            raise ValueError(f"--prefill-memo-mb must be >= 0, got {self.prefill_memo_mb}")
         if self.main_budget not in self.budgets:
             raise ValueError(f"--main-budget {self.main_budget:g} is not one of --budgets")
 
@@ -119,7 +132,8 @@ def _bar(total: int, desc: str):
 def _split(entries, cfg: Config):
     order = np.random.default_rng(cfg.seed).permutation(len(entries))
     fit = [entries[i] for i in order[: cfg.fit_n]]
-    return fit[: cfg.probe_n], fit, [entries[i] for i in order[cfg.fit_n:]]
+    rest = order[cfg.fit_n:] if cfg.check_n is None else order[cfg.fit_n: cfg.fit_n + cfg.check_n]
+    return fit[: cfg.probe_n], fit, [entries[i] for i in rest]
 
 
 def _cached(path: Path, key: dict) -> dict:
@@ -146,6 +160,10 @@ def calibrate(cfg: Config) -> dict:
     probe, fit, check = _split(entries, cfg)
     settings = Settings(max_tokens=cfg.max_tokens, tool_choice=cfg.tool_choice)
     runner = sglang_pask.load_runner(cfg.model)
+    if cfg.prefill_memo_mb:
+        from sglang_pask.hf.memo import PrefillMemo
+
+        runner.memo = PrefillMemo(cfg.prefill_memo_mb << 20)
     binding = ModelBinding.from_model(cfg.model)
     groups = even_groups(binding.num_layers, cfg.groups)
     timings = doc.setdefault("timings_s", {})
@@ -196,6 +214,8 @@ def calibrate(cfg: Config) -> dict:
     doc["prompt_len"] = round(prompt_len, 3)
     doc["split_sizes"] = {"probe": len(probe), "fit": len(fit), "check": len(check)}
     timings["total (this invocation)"] = round(time.perf_counter() - t0, 1)
+    if runner.memo is not None:
+        doc["prefill_memo (this invocation)"] = runner.memo.stats()
     save()
     from sglang_pask.calibrate.report import write_report
 

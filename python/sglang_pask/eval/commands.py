@@ -171,10 +171,16 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="policy file for pask")
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--tool-choice", choices=("auto", "required"), default="auto")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes, each loading the model once")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes, each loading the model once and running whole cells (more than one: "
+                        "cell by cell, no shared prefill)")
     p.add_argument("--out", required=True, help="folder of run directories, one per cell (resumable)")
     p.add_argument("--results", help="where the report and meta.json go (default: OUT/report)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-share-prefill", action="store_true",
+                   help="run cell by cell, each prefilling every entry again (default with --jobs 1: entry by "
+                        "entry, one prompt forward per attention-statistics kind shared by the cells without a "
+                        "segment rule; same records)")
 
 
 def _sweep_command(args: argparse.Namespace) -> str:
@@ -189,6 +195,8 @@ def _sweep_command(args: argparse.Namespace) -> str:
               "--out", args.out]
     if args.results:
         parts += ["--results", args.results]
+    if args.no_share_prefill:
+        parts.append("--no-share-prefill")
     return shlex.join(parts)
 
 
@@ -204,7 +212,8 @@ def _sweep(args: argparse.Namespace) -> int:
         meta = run_sweep(model=args.model, data=args.data, methods=args.methods, budgets=args.budgets,
                          schedules=args.schedules, out=args.out, results=args.results, policy=args.policy,
                          settings={"max_tokens": args.max_tokens, "tool_choice": args.tool_choice},
-                         jobs=args.jobs, progress=not args.no_progress, command=_sweep_command(args))
+                         jobs=args.jobs, progress=not args.no_progress, command=_sweep_command(args),
+                         share_prefill=not args.no_share_prefill)
     except (ValueError, TypeError) as e:
         print(f"pask sweep: error: {e}", file=sys.stderr)
         return 2

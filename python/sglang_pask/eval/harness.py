@@ -30,7 +30,8 @@ from sglang_pask.eval.data import Entry
 from sglang_pask.eval.decode import TRUNCATED, decode_response
 from sglang_pask.eval.summary import markdown_table, summarize
 
-__all__ = ["Settings", "build_request", "score", "score_entry", "read_results", "run_eval", "RunAborted"]
+__all__ = ["Settings", "build_request", "score", "score_entry", "read_results", "open_run", "append_record",
+           "write_summary", "run_eval", "RunAborted"]
 
 _MUTABLE_KEYS = ("limit", "workers", "base_url", "policy_file")  # the policy itself is keyed by its hash
 
@@ -137,6 +138,41 @@ def _check_resume(out: Path, config: dict) -> None:
     run_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def open_run(out_dir: str | Path, backend: Backend, settings: Settings, config: dict) -> tuple[dict, dict]:
+    """Start or resume the run in ``out_dir``: the full config (``config`` + settings + the
+    backend's ``describe()``) is checked against run.json (a resume with other settings is
+    refused) and written there, and a torn last line of results.jsonl is ended so the next record
+    starts on its own line. Returns ``(config, done)``, ``done``: id -> the records already there."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {**config, **asdict(settings), **backend.describe()}
+    _check_resume(out, config)
+    res_path = out / "results.jsonl"
+    if res_path.exists() and res_path.stat().st_size and not res_path.read_bytes().endswith(b"\n"):
+        with open(res_path, "a", encoding="utf-8") as f:
+            f.write("\n")  # a torn last line stays unparsable and separate
+    return config, read_results(res_path)
+
+
+def append_record(f, rec: dict) -> None:
+    """Append one record to an open results.jsonl and flush it (a finished entry is on disk)."""
+    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    f.flush()
+
+
+def write_summary(out_dir: str | Path, entries: list[Entry], done: dict, config: dict,
+                  fatal: BaseException | None = None) -> dict:
+    """summary.json and summary.md over the records of ``entries`` in ``done``; returns the summary."""
+    out = Path(out_dir)
+    ids = {e.id for e in entries}
+    summary = summarize([r for i, r in done.items() if i in ids], config, dict(Counter(e.category for e in entries)))
+    if fatal:
+        summary["fatal_error"] = str(fatal)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "summary.md").write_text(markdown_table(summary), encoding="utf-8")
+    return summary
+
+
 def run_eval(
     entries: list[Entry],
     backend: Backend,
@@ -153,11 +189,8 @@ def run_eval(
     Raises RunAborted (after writing the partial summary) if the backend fails fatally.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = {**config, **asdict(settings), **backend.describe()}
-    _check_resume(out, config)
+    config, done = open_run(out, backend, settings, config)
     res_path = out / "results.jsonl"
-    done = read_results(res_path)
     pending = [e for e in entries if e.id not in done]
     if backend.max_workers is not None:
         workers = min(workers, backend.max_workers)
@@ -176,9 +209,6 @@ def run_eval(
             stop.set()
             return None
 
-    if res_path.exists() and res_path.stat().st_size and not res_path.read_bytes().endswith(b"\n"):
-        with open(res_path, "a", encoding="utf-8") as f:
-            f.write("\n")  # a torn last line stays unparsable and separate
     bar = _bar(len(pending), progress)
     try:
         with open(res_path, "a", encoding="utf-8") as f, ThreadPoolExecutor(max(1, workers)) as pool:
@@ -188,8 +218,7 @@ def run_eval(
                     rec = fut.result()
                     if rec is None:
                         continue
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    f.flush()
+                    append_record(f, rec)
                     done[rec["id"]] = rec
                     if on_result is not None:
                         on_result(rec)
@@ -202,13 +231,9 @@ def run_eval(
         if bar is not None:
             bar.close()
         backend.close()
-    ids = {e.id for e in entries}
-    summary = summarize([r for i, r in done.items() if i in ids], config, dict(Counter(e.category for e in entries)))
+    summary = write_summary(out, entries, done, config, fatal[0] if fatal else None)
     if fatal:
-        summary["fatal_error"] = str(fatal[0])
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(markdown_table(summary), encoding="utf-8")
-    if fatal:
+        ids = {e.id for e in entries}
         n_done = sum(1 for i in done if i in ids)
         raise RunAborted(
             f"{fatal[0]}; {n_done}/{len(entries)} entries finished and kept in {res_path} "

@@ -64,6 +64,7 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
                        segment_rule=segment_rule)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
+        bound.memo = base.memo  # the same model: its prompt forwards serve every method
         return bound
     return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment_rule=segment_rule)
 

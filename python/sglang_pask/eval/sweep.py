@@ -8,11 +8,21 @@ directory ``OUT/<cell>`` (same run.json, results.jsonl, summary.json; resumable:
 skipped, so rerunning the command finishes what is missing), scored through the in-process API's
 path (:func:`sglang_pask.eval.harness.run_eval` over the hf backend, one model per process).
 
-``jobs`` worker processes (spawned) each load the model once and take cells from a queue; with
-more than one job each worker runs torch on one thread (the cores are shared). Progress: one bar
-over every pending entry of every cell. At the end: ``pask report`` of all cells into ``RESULTS``
-(report.md, report.json with intervals, accuracy_vs_budget.png) and ``RESULTS/meta.json`` (the
-command line, git commit, date, wall time in total and per cell, cores, jobs).
+Shared prefill (the default with ``jobs == 1``; ``--no-share-prefill`` runs cell by cell): every
+cell whose segment rule is none runs the same prompt forward (compression comes after it), so the
+sweep goes entry by entry: for each entry, the cells that still lack it continue from one forward
+per attention-statistics kind (:class:`sglang_pask.hf.shared.SharedPrefill`: a copy of its cache
+each) and write their records through the harness's own scoring and files
+(:func:`~sglang_pask.eval.harness.score_entry`, ``open_run``, ``append_record``,
+``write_summary``). The records equal the cell-by-cell ones but for timings (``latency_s``).
+Cells with an active segment rule (a policy with ``segment=system``) run cell by cell after.
+
+``jobs`` worker processes (spawned) each load the model once and take cells from a queue (cell by
+cell, no shared prefill); with more than one job each worker runs torch on one thread (the cores
+are shared). Progress: one bar over every pending (cell, entry). At the end: ``pask report`` of
+all cells into ``RESULTS`` (report.md, report.json with intervals, accuracy_vs_budget.png) and
+``RESULTS/meta.json`` (the command line, git commit, date, wall time in total and per cell, cores,
+jobs, whether the prefill was shared).
 """
 
 from __future__ import annotations
@@ -93,20 +103,34 @@ def _init(model: str, threads: int | None, queue) -> None:
     _WORKER.update(runner=load_runner(model), queue=queue)
 
 
-def _run_cell(job: dict) -> dict:
-    from sglang_pask.eval.data import load_spec
-    from sglang_pask.eval.harness import Settings, run_eval
+def _cell_backend(job: dict):
+    """The cell's backend (bound to the loaded model) and run config: one place for both paths."""
     from sglang_pask.eval.hf_backend import HFBackend
     from sglang_pask.eval.records import run_config
 
     cell: Cell = job["cell"]
-    t0 = time.perf_counter()
-    entries = load_spec(job["data"])
     policy = job["policy"] if cell.method == "pask" else None
     backend = HFBackend(_WORKER["runner"], cell.method, cell.budget, policy, schedule=cell.schedule,
                         method_options=cell.options)
     config = run_config(job["data"], method=cell.method, budget=cell.budget, schedule=cell.schedule,
                         policy=policy, method_options=cell.options)
+    return backend, config
+
+
+def _cell_meta(cell: "Cell", wall_s: float, run: int, entries: int, summary: dict, shared: bool) -> dict:
+    return {"cell": cell.name, "method": cell.label, "schedule": cell.schedule, "budget": cell.budget,
+            "wall_s": round(wall_s, 2), "entries_run": run, "entries": entries, "mean": summary.get("mean"),
+            "prefill_shared": shared}
+
+
+def _run_cell(job: dict) -> dict:
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings, run_eval
+
+    cell: Cell = job["cell"]
+    t0 = time.perf_counter()
+    entries = load_spec(job["data"])
+    backend, config = _cell_backend(job)
     queue = _WORKER.get("queue")
     count = [0]
 
@@ -116,9 +140,96 @@ def _run_cell(job: dict) -> dict:
             queue.put(1)
 
     summary = run_eval(entries, backend, job["out"], Settings(**job["settings"]), config, 1, False, on_result=tick)
-    return {"cell": cell.name, "method": cell.label, "schedule": cell.schedule, "budget": cell.budget,
-            "wall_s": round(time.perf_counter() - t0, 2), "entries_run": count[0], "entries": len(entries),
-            "mean": summary.get("mean")}
+    return _cell_meta(cell, time.perf_counter() - t0, count[0], len(entries), summary, False)
+
+
+# ---- entry by entry, one prompt forward per statistics kind -------------------------------------
+
+
+class _EntryPrefill:
+    """The current entry's shared forwards: a SharedPrefill made from the first cell's request
+    body (every cell builds the same one: same entry, same settings); reset between entries."""
+
+    def __init__(self):
+        self.shared = None
+        self._past_s = 0.0  # seconds of the shared forwards of earlier entries
+
+    @property
+    def forward_s(self) -> float:
+        """Seconds of every shared forward so far."""
+        return self._past_s + (self.shared.forward_s if self.shared is not None else 0.0)
+
+    def reset(self) -> None:
+        self._past_s = self.forward_s
+        self.shared = None
+
+    def get(self, body: dict):
+        from sglang_pask.hf.shared import SharedPrefill
+
+        if self.shared is None:
+            self.shared = SharedPrefill(body)
+        elif self.shared.request != body:
+            raise RuntimeError("two cells built different requests for one entry")
+        return self.shared
+
+
+class _SharedRunner:
+    """Stands in for a cell backend's runner: ``generate`` continues from the current entry's
+    shared forward (same result as the runner's own ``generate``); anything else is the runner's."""
+
+    def __init__(self, runner, entry: _EntryPrefill):
+        self._runner, self._entry = runner, entry
+
+    def generate(self, body: dict, max_new_tokens: int = 128, **kw):
+        return self._entry.get(body).generate(self._runner, max_new_tokens, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+
+def _run_shared(work: list[dict]) -> tuple[list[dict], float]:
+    """Every cell of ``work`` (one data set and settings), entry by entry, with shared prefills
+    (the module docstring); cells with an active segment rule run cell by cell after. Returns
+    the cells' meta (``wall_s``: the cell's own work, shared forwards not counted) and the
+    seconds of the shared forwards."""
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings, append_record, open_run, score_entry, write_summary
+
+    if not work:
+        return [], 0.0
+    entries = load_spec(work[0]["data"])
+    settings = Settings(**work[0]["settings"])
+    current = _EntryPrefill()
+    runs, alone = [], []
+    for w in work:
+        backend, config = _cell_backend(w)
+        if backend.runner.segment_rule.active:  # compresses inside its forward: not shareable
+            alone.append(w)
+            continue
+        config, done = open_run(w["out"], backend, settings, config)  # run.json first, as run_eval
+        backend.runner = _SharedRunner(backend.runner, current)
+        runs.append({"job": w, "backend": backend, "config": config, "done": done, "run": 0, "wall_s": 0.0})
+    try:
+        for e in entries:
+            current.reset()
+            for r in runs:
+                if e.id in r["done"]:
+                    continue
+                t0, f0 = time.perf_counter(), current.forward_s
+                rec = score_entry(e, r["backend"], settings)  # BackendError: the hf backend raises none
+                with open(Path(r["job"]["out"]) / "results.jsonl", "a", encoding="utf-8") as f:
+                    append_record(f, rec)
+                r["done"][rec["id"]] = rec
+                r["run"] += 1
+                r["wall_s"] += time.perf_counter() - t0 - (current.forward_s - f0)
+                _WORKER["queue"].put(1)
+        current.reset()
+    finally:
+        for r in runs:
+            r["backend"].close()
+    metas = [_cell_meta(r["job"]["cell"], r["wall_s"], r["run"], len(entries),
+                     write_summary(r["job"]["out"], entries, r["done"], r["config"]), True) for r in runs]
+    return metas + [_run_cell(w) for w in alone], current.forward_s
 
 
 # ---- the sweep ----------------------------------------------------------------------------------
@@ -133,8 +244,10 @@ def _pending(out: Path, ids: set[str]) -> int:
 def run_sweep(*, model: str, data: str, methods: list[str], budgets: list[float], schedules: list[str],
               out: str | Path, results: str | Path | None = None, policy: str | None = None,
               settings: dict | None = None, jobs: int = 1, progress: bool = True,
-              command: str | None = None) -> dict:
-    """Run every cell (see the module docstring); returns the metadata written to meta.json."""
+              command: str | None = None, share_prefill: bool = True) -> dict:
+    """Run every cell (see the module docstring); returns the metadata written to meta.json.
+    ``share_prefill``: with ``jobs == 1``, entry by entry with one prompt forward per statistics
+    kind (False: cell by cell); ignored with more jobs (always cell by cell)."""
     from sglang_pask.eval.data import load_spec
     from sglang_pask.eval.report import write_report
 
@@ -156,12 +269,16 @@ def run_sweep(*, model: str, data: str, methods: list[str], budgets: list[float]
     t0 = time.perf_counter()
     bar = _bar(total, progress)
     done: list[dict] = []
+    shared = share_prefill and jobs == 1
+    forward_s = None
     if jobs == 1:
         _init(model, None, None)
         _WORKER["queue"] = _Ticker(bar)
         try:
-            for w in work:
-                done.append(_run_cell(w))
+            if shared:
+                done, forward_s = _run_shared(work)
+            else:
+                done = [_run_cell(w) for w in work]
         finally:
             _WORKER.clear()
     else:
@@ -194,6 +311,8 @@ def run_sweep(*, model: str, data: str, methods: list[str], budgets: list[float]
         "machine": {"cpu_cores": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "jobs": jobs, "torch_threads_per_job": 1 if jobs > 1 else "default",
+        "prefill_shared": shared,
+        "shared_forward_s": None if forward_s is None else round(forward_s, 2),
         "model": model, "data": data, "policy": policy, "settings": settings, "runs": str(out),
     }
     results.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,8 @@ share), :meth:`PrunableCache.physical_kv_bytes` the storage itself.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -100,6 +102,19 @@ class PrunableLayer(CacheLayerMixin):
         if self.head_mask is not None:
             self.head_mask = self.head_mask.index_select(1, idx).contiguous()
 
+    def clone(self) -> "PrunableLayer":
+        """An independent copy: every attribute copied, each tensor (keys, values, positions, the
+        attention statistics, the head mask) cloned into new storage with the same shape and
+        values; plain fields (written length, device, initialised) copied. K/V own their storage
+        exactly (``update``/``keep`` build them by cat/index_select), so the clone's
+        :meth:`PrunableCache.kv_bytes` agrees. Nothing is shared: either copy may grow or be
+        pruned alone."""
+        new = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                setattr(new, name, value.clone())
+        return new
+
     def token_head_slots(self) -> int:
         """Slots held summed over KV heads (``kv_heads * n_l`` without a head mask)."""
         if not self.is_initialized:
@@ -129,6 +144,15 @@ class PrunableCache(Cache):
         super().__init__(layers=[PrunableLayer() for _ in range(num_layers)])
         self.stats = stats
         self.window_size = int(window_size)
+
+    def clone(self) -> "PrunableCache":
+        """An independent copy of the whole cache: the statistics kind and window size, and per
+        layer :meth:`PrunableLayer.clone` (K/V slots, logical positions, written length,
+        accumulated / window statistics, head mask). Continuing either copy gives what continuing
+        the original would have given (a shared prefill, :mod:`sglang_pask.hf.shared`)."""
+        new = copy.copy(self)
+        new.layers = [lay.clone() for lay in self.layers]
+        return new
 
     def positions(self, layer: int) -> torch.Tensor:
         """int64 ``[n_l]``: the logical positions layer ``layer`` holds, ascending."""

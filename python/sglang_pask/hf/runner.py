@@ -13,6 +13,11 @@ Loop (batch 1, greedy unless ``temperature > 0``)::
                ``prefill``, never after prefill end): compress if the cache holds more than
                floor(b * L * seq_len) slots (per KV head)
 
+``generate`` is two halves: :meth:`Runner.forward_request` (render, write the prompt into a new
+cache under the segment rule: a :class:`Prompted`) and :meth:`Runner.decode` (the prefill-end
+compression, the loop, the :class:`~.result.Result`); :mod:`.shared` runs the first half once
+for several runners and the second per runner, on a copy.
+
 Invariants: position ids are logical (``seq_len`` so far), never the cache length; a compression
 happens only after a forward, so the token just written (``protected_tail = 1``) was read by its
 own step and is kept; ``CacheView.classes`` covers every logical position (prompt tags + tracker).
@@ -133,6 +138,9 @@ class Runner:
         from sglang_pask.structure import make_prompt_tagger
 
         self.tagger = make_prompt_tagger(tokenizer)
+        #: a :class:`~.memo.PrefillMemo` of prompt forwards (None: none), shared by the runners
+        #: ``bind_runner`` makes from this one; never used under an active segment rule
+        self.memo = None
 
     # -- pieces -------------------------------------------------------------------------------
     @property
@@ -146,10 +154,15 @@ class Runner:
             self._constraints = Constraints(self.tokenizer, self.model.config.vocab_size, self.stop_ids)
         return self._constraints
 
-    def new_cache(self) -> PrunableCache:
+    def cache_spec(self) -> tuple[Optional[str], int]:
+        """What this runner's cache records during a forward: (attention-statistics kind, window
+        size; 0 without a window). Runners with equal specs get the same prompt forward."""
         kind = self.method.needs_attention
-        return PrunableCache(self.num_layers, stats=kind,
-                             window_size=_window_size(self.method) if kind in ("window", "window_heads") else 0)
+        return kind, _window_size(self.method) if kind in ("window", "window_heads") else 0
+
+    def new_cache(self) -> PrunableCache:
+        kind, window = self.cache_spec()
+        return PrunableCache(self.num_layers, stats=kind, window_size=window)
 
     def forward(self, cache: PrunableCache, ids: Sequence[int], start: int) -> torch.Tensor:
         """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits."""
@@ -240,7 +253,15 @@ class Runner:
     def prefill(self, cache: PrunableCache, tags) -> tuple[torch.Tensor, "Prefilled"]:
         """Prefill the rendered prompt ``tags`` (:func:`~sglang_pask.rendering.render_chat`) into
         ``cache`` under the segment rule, then compress at prefill end if due; returns the last
-        position's logits. ``Runner.generate`` and teacher forcing both start here."""
+        position's logits. ``Runner.generate`` (in its two halves) and teacher forcing both run
+        these two steps."""
+        logits, pre = self.forward_prompt(cache, tags)
+        return logits, self.compress_prefill_end(cache, tags, pre)
+
+    def forward_prompt(self, cache: PrunableCache, tags) -> tuple[torch.Tensor, "Prefilled"]:
+        """Write the rendered prompt ``tags`` into ``cache`` under the segment rule (the segment's
+        own compression included), not yet the prefill-end compression (``compressions`` empty);
+        returns the last position's logits."""
         prompt = list(tags.token_ids)
         classes = [int(c) for c in tags.classes]
         seg = tags.segment_end if self.segment_rule.active else 0
@@ -257,14 +278,20 @@ class Runner:
         else:
             logits = self.forward(cache, prompt, 0)
         seg_slots = sum(len(k) for k in segment.kept) if segment is not None else 0
-        c = self.compress(cache, len(prompt), classes, len(prompt), 0, segment_end=seg, segment_slots=seg_slots)
-        return logits, Prefilled(seg, segment, seg_slots, tuple(x for x in [c] if x))
+        return logits, Prefilled(seg, segment, seg_slots, ())
+
+    def compress_prefill_end(self, cache: PrunableCache, tags, pre: "Prefilled") -> "Prefilled":
+        """After :meth:`forward_prompt`: compress at decode step 0 if due; ``pre`` with it."""
+        P = len(tags.token_ids)
+        c = self.compress(cache, P, [int(x) for x in tags.classes], P, 0, segment_end=pre.segment_end,
+                          segment_slots=pre.segment_slots)
+        return dataclasses.replace(pre, compressions=tuple(x for x in [c] if x))
 
     def due(self, step: int, held: int, seq_len: int) -> bool:
         """The method's rule (``KVMethod.due``)."""
         return self.method.due(step, held, seq_len, self.num_layers)
 
-    # -- the loop -----------------------------------------------------------------------------
+    # -- the loop: generate = forward_request, then decode ---------------------------------------
     @torch.inference_mode()
     def generate(self, request: dict, max_new_tokens: int = 128, *, record_logits: bool = False,
                  temperature: float = 0.0, seed: int = 0, keep_cache: bool = False,
@@ -272,19 +299,50 @@ class Runner:
         """Generate for one OpenAI chat request body. ``record_logits``: keep each step's raw
         logits; ``keep_cache``: attach the final :class:`PrunableCache` as ``result.cache``;
         ``ignore_stop``: never stop at a stop token (benchmarks; grammar ends still stop)."""
+        return self.decode(self.forward_request(request), max_new_tokens, record_logits=record_logits,
+                           temperature=temperature, seed=seed, keep_cache=keep_cache, ignore_stop=ignore_stop)
+
+    def render(self, request: dict):
+        """The request's prompt as the server renders it (:func:`~sglang_pask.rendering.render_chat`)."""
         from sglang_pask.rendering import render_chat
+
+        return render_chat(self.tokenizer, request, tagger=self.tagger)
+
+    @torch.inference_mode()
+    def forward_request(self, request: dict, tags=None) -> "Prompted":
+        """The first half of :meth:`generate`: render ``request`` (or take its rendering ``tags``)
+        and write the prompt into a new cache under the segment rule (:meth:`forward_prompt`)."""
+        t0 = time.perf_counter()
+        tags = tags if tags is not None else self.render(request)
+        memo = self.memo if not self.segment_rule.active else None
+        if memo is not None:
+            key = memo.key(tags.token_ids, self.cache_spec())
+            if (hit := memo.get(key)) is not None:  # a private copy of the same forward
+                return dataclasses.replace(hit, request=request, tags=tags)
+        cache = self.new_cache()
+        logits, pre = self.forward_prompt(cache, tags)
+        prompted = Prompted(request, tags, cache, logits, pre, time.perf_counter() - t0)
+        if memo is not None:
+            memo.put(key, prompted)
+        return prompted
+
+    @torch.inference_mode()
+    def decode(self, prompted: "Prompted", max_new_tokens: int = 128, *, record_logits: bool = False,
+               temperature: float = 0.0, seed: int = 0, keep_cache: bool = False,
+               ignore_stop: bool = False) -> Result:
+        """The second half of :meth:`generate` (same options): the grammar matcher (fresh), the
+        prefill-end compression, the decode loop, the Result. Consumes ``prompted.cache``."""
         from sglang_pask.structure.token_bytes import token_bytes
 
         t0 = time.perf_counter()
-        tags = render_chat(self.tokenizer, request, tagger=self.tagger)  # as the server renders it
+        request, tags, cache, logits = prompted.request, prompted.tags, prompted.cache, prompted.logits
         prompt = list(tags.token_ids)
         prompt_classes = [int(c) for c in tags.classes]
         tracker = tags.tracker()
         matcher = self.constraints.matcher(request) if self.constrain else None
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        cache = self.new_cache()
 
-        logits, pre = self.prefill(cache, tags)
+        pre = self.compress_prefill_end(cache, tags, prompted.prefilled)
         seg, segment, seg_slots = pre.segment_end, pre.segment, pre.segment_slots
         seq_len = len(prompt)
         compressions = list(pre.compressions)
@@ -329,8 +387,9 @@ class Runner:
             groups=self.groups, retained=retained, compressions=compressions, logits=recorded,
             kv_bytes=cache.kv_bytes(), cache=cache if keep_cache else None,
             segment_end=seg, segment=segment,
-            timings={"prefill_s": t_prefill - t0, "decode_s": t_end - t_prefill,
-                     "decode_steps": max(len(out) - 1, 0), "compress_s": t_compress})
+            timings={"prefill_s": prompted.seconds + t_prefill - t0, "decode_s": t_end - t_prefill,
+                     "decode_steps": max(len(out) - 1, 0), "compress_s": t_compress,
+                     "forward_s": prompted.seconds, "prefill_shared": prompted.shared})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +401,25 @@ class Prefilled:
     segment: Optional[Compression]
     segment_slots: int
     compressions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompted:
+    """A request's prompt written into ``cache`` (:meth:`Runner.forward_request`): the segment rule
+    applied, the prefill-end compression not yet. :meth:`Runner.decode` continues from it and
+    consumes ``cache``; :meth:`copy` gives another runner of the same cache spec its own."""
+
+    request: dict
+    tags: object  # the rendered prompt (render_chat's TaggedPrompt)
+    cache: PrunableCache
+    logits: torch.Tensor  # float32 [vocab]: the last prompt position's
+    prefilled: Prefilled  # the segment rule's part (compressions empty)
+    seconds: float  # rendering + forward
+    shared: bool = False  # a copy of a forward that other runners continue from too
+
+    def copy(self) -> "Prompted":
+        """A private copy (:meth:`PrunableCache.clone`), marked ``shared``."""
+        return dataclasses.replace(self, cache=self.cache.clone(), logits=self.logits.clone(), shared=True)
 
 
 def _pick(logits: torch.Tensor, temperature: float, gen) -> int:

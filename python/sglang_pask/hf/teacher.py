@@ -11,7 +11,7 @@ Loop (mirrors ``Runner.generate`` with the sampled token replaced by the answer'
 
 So compression points, classes (prompt tags + output tracker) and the method's schedule are the
 generation's: at budget 1.0 nothing is dropped and the result equals one plain forward over
-prompt + answer. Uses only the runner's public pieces (``tagger``, ``new_cache``, ``prefill``,
+prompt + answer. Uses only the runner's public pieces (``tagger``, ``forward_request``, ``compress_prefill_end``,
 ``forward``, ``compress``, ``tokenizer``) and the one rendering path (:func:`sglang_pask.rendering.render_chat`).
 """
 
@@ -57,9 +57,11 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
     prompt = list(tags.token_ids)
     prompt_classes = [int(c) for c in tags.classes]
     tracker = tags.tracker()  # chosen from the rendered view, as Runner.generate does
-    cache = runner.new_cache()
-
-    logits, pre = runner.prefill(cache, tags)  # the segment rule and prefill-end compression
+    # the segment rule, then the prefill-end compression (Runner.prefill's two steps; the first
+    # through forward_request, so a runner's prefill memo serves teacher forcing too)
+    prompted = runner.forward_request(request, tags=tags)
+    cache, logits = prompted.cache, prompted.logits
+    pre = runner.compress_prefill_end(cache, tags, prompted.prefilled)
     seq_len = len(prompt)
     ran = len(pre.compressions)
     nll = np.zeros(len(answer), dtype=np.float64)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The budget table on the real model (Qwen2.5-Coder-0.5B-Instruct, `make real-model`): BFCL's 8
+# AST categories (the seeded subset bfcl:all:eval=$K, a prefix of eval=25's order), scored by BFCL's
+# own checker, on the reference runner (the server computes no attention statistics, so SnapKV,
+# PyramidKV and H2O run only there). One `pask sweep`: each entry is prefilled once per attention-
+# statistics kind and every cell compresses and decodes from a copy (same records as cell by cell).
+# Rows: Full; StreamingLLM; SnapKV per layer (our default) and per KV head (its authors'); PyramidKV;
+# H2O with kvpress's normalised scores; PASK with the uncalibrated prior (4 groups of 6 layers);
+# PASK calibrated when $CALIBRATED names its policy (`pask calibrate` on bfcl:all:calib=..., disjoint
+# by id). Schedule: prefill for every method -- the stronger one for every baseline at every budget
+# in the tiny model's calib sweep (bench/results/pask-tiny-fc-calib-baselines-n100); not re-chosen
+# on this model, nothing chosen on its eval entries.
+#   K=5 bash bench/real_model_table.sh      # resumable: rerun to finish; hours on 2 cores
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-models/qwen2.5-coder-0.5b-instruct}
+NAME=$(basename "$MODEL")
+K=${K:-5}
+BUDGETS=${BUDGETS:-0.33,0.2}
+GROUPS_N=${GROUPS_N:-4}
+PRIOR=${PRIOR:-policies/$NAME.prior.json}
+OUT=${OUT:-runs/real-model-table-eval$K}
+RESULTS=${RESULTS:-bench/results/$NAME-table-eval$K}
+MAX_TOKENS=${MAX_TOKENS:-256}
+PASK=.venv/bin/pask
+[[ -f "$MODEL/config.json" ]] || make -s real-model
+[[ -f "$PRIOR" ]] || $PASK policy prior --model "$MODEL" --groups "$GROUPS_N" --budget 0.33 --out "$PRIOR"
+mkdir -p "$OUT" "$RESULTS"
+SECONDS=0
+common=(--model "$MODEL" --data "bfcl:all:eval=$K" --budgets "$BUDGETS" --schedules prefill
+        --tool-choice required --max-tokens "$MAX_TOKENS" --no-progress)
+$PASK sweep "${common[@]}" --policy "$PRIOR" \
+  --methods full,streaming,snapkv,snapkv:per_head=true,pyramidkv,h2o:normalize=true,pask \
+  --out "$OUT/prior" --results "$RESULTS/prior"
+runs=("$OUT"/prior/*/)
+if [[ -n "${CALIBRATED:-}" ]]; then
+  $PASK sweep "${common[@]}" --policy "$CALIBRATED" --methods pask --out "$OUT/calibrated" \
+    --results "$RESULTS/calibrated"
+  runs+=("$OUT"/calibrated/*/)
+fi
+$PASK report "${runs[@]}" --out "$RESULTS" >/dev/null
+cat "$RESULTS/report.md"
+printf 'command: K=%s bash bench/real_model_table.sh\n' "$K" > "$RESULTS/meta.txt"
+echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "$RESULTS/wall.txt"
