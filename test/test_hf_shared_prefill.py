@@ -14,18 +14,12 @@ from sglang_pask.eval.hf_backend import bind_runner
 from sglang_pask.hf.runner import Runner
 from sglang_pask.hf.shared import SharedPrefill, generate_shared
 from sglang_pask.policy.operating_point import SegmentRule
+from test_hf_runner import TOOLS_REQ
 
 NEW = 12
-REQ = {
-    "messages": [{"role": "system", "content": "You call tools. Answer with one call."},
-                 {"role": "user", "content": "What is the weather in Paris in celsius? Use id 42."}],
-    "tools": [{"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city",
-        "parameters": {"type": "object", "properties": {
-            "unit": {"type": "string", "enum": ["c", "f"]}, "ok": {"type": "boolean"}},
-            "required": ["unit", "ok"]}}}],
-    "tool_choice": "required",
-}
+#: test_hf_runner's tool request, under a longer system message
+REQ = {**TOOLS_REQ, "messages": [{"role": "system", "content": "You call tools. Answer with one call."},
+                                 TOOLS_REQ["messages"][1]]}
 #: every statistics kind: none (full, streaming, pask), window (snapkv, pyramidkv), accumulated (h2o)
 CELLS = [("full", None, None)] + [(m, s, 0.33) for m in ("streaming", "snapkv", "pyramidkv", "h2o", "pask")
                                   for s in ("prefill", "continuous")] + [("snapkv", "continuous", 0.2)]

@@ -11,8 +11,8 @@ path (:func:`sglang_pask.eval.harness.run_eval` over the hf backend, one model p
 Shared prefill (the default with ``jobs == 1``; ``--no-share-prefill`` runs cell by cell): every
 cell whose segment rule is none runs the same prompt forward (compression comes after it), so the
 sweep goes entry by entry: for each entry, the cells that still lack it continue from one forward
-per attention-statistics kind (:class:`sglang_pask.hf.shared.SharedPrefill`: a copy of its cache
-each) and write their records through the harness's own scoring and files
+per attention-statistics kind (the runner's :class:`~sglang_pask.hf.memo.PrefillMemo`: a copy of
+its cache each) and write their records through the harness's own scoring and files
 (:func:`~sglang_pask.eval.harness.score_entry`, ``open_run``, ``append_record``,
 ``write_summary``). The records equal the cell-by-cell ones but for timings (``latency_s``).
 Cells with an active segment rule (a policy with ``segment=system``) run cell by cell after.
@@ -146,60 +146,27 @@ def _run_cell(job: dict) -> dict:
 # ---- entry by entry, one prompt forward per statistics kind -------------------------------------
 
 
-class _EntryPrefill:
-    """The current entry's shared forwards: a SharedPrefill made from the first cell's request
-    body (every cell builds the same one: same entry, same settings); reset between entries."""
-
-    def __init__(self):
-        self.shared = None
-        self._past_s = 0.0  # seconds of the shared forwards of earlier entries
-
-    @property
-    def forward_s(self) -> float:
-        """Seconds of every shared forward so far."""
-        return self._past_s + (self.shared.forward_s if self.shared is not None else 0.0)
-
-    def reset(self) -> None:
-        self._past_s = self.forward_s
-        self.shared = None
-
-    def get(self, body: dict):
-        from sglang_pask.hf.shared import SharedPrefill
-
-        if self.shared is None:
-            self.shared = SharedPrefill(body)
-        elif self.shared.request != body:
-            raise RuntimeError("two cells built different requests for one entry")
-        return self.shared
-
-
-class _SharedRunner:
-    """Stands in for a cell backend's runner: ``generate`` continues from the current entry's
-    shared forward (same result as the runner's own ``generate``); anything else is the runner's."""
-
-    def __init__(self, runner, entry: _EntryPrefill):
-        self._runner, self._entry = runner, entry
-
-    def generate(self, body: dict, max_new_tokens: int = 128, **kw):
-        return self._entry.get(body).generate(self._runner, max_new_tokens, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self._runner, name)
+#: bytes of prompt forwards the entry-by-entry path keeps: the current entry's few (one per
+#: statistics kind) fit many times over; older entries leave first (LRU)
+SHARED_MEMO_BYTES = 1 << 30
 
 
 def _run_shared(work: list[dict]) -> tuple[list[dict], float]:
-    """Every cell of ``work`` (one data set and settings), entry by entry, with shared prefills
-    (the module docstring); cells with an active segment rule run cell by cell after. Returns
-    the cells' meta (``wall_s``: the cell's own work, shared forwards not counted) and the
-    seconds of the shared forwards."""
+    """Every cell of ``work`` (one data set and settings), entry by entry, with the loaded runner's
+    prefill memo on (:class:`sglang_pask.hf.memo.PrefillMemo`: the first cell of each statistics
+    kind runs the entry's prompt forward, the others continue from a copy); cells with an active
+    segment rule (which never use the memo) run cell by cell after. Returns the cells' meta
+    (``wall_s``: the cell's own work, prompt forwards not counted) and the seconds of the forwards."""
     from sglang_pask.eval.data import load_spec
     from sglang_pask.eval.harness import Settings, append_record, open_run, score_entry, write_summary
+    from sglang_pask.hf.memo import PrefillMemo
 
     if not work:
         return [], 0.0
     entries = load_spec(work[0]["data"])
     settings = Settings(**work[0]["settings"])
-    current = _EntryPrefill()
+    runner = _WORKER["runner"]
+    memo = runner.memo = PrefillMemo(SHARED_MEMO_BYTES)  # bound runners share it (bind_runner)
     runs, alone = [], []
     for w in work:
         backend, config = _cell_backend(w)
@@ -207,29 +174,27 @@ def _run_shared(work: list[dict]) -> tuple[list[dict], float]:
             alone.append(w)
             continue
         config, done = open_run(w["out"], backend, settings, config)  # run.json first, as run_eval
-        backend.runner = _SharedRunner(backend.runner, current)
         runs.append({"job": w, "backend": backend, "config": config, "done": done, "run": 0, "wall_s": 0.0})
     try:
         for e in entries:
-            current.reset()
             for r in runs:
                 if e.id in r["done"]:
                     continue
-                t0, f0 = time.perf_counter(), current.forward_s
+                t0, f0 = time.perf_counter(), memo.forward_s
                 rec = score_entry(e, r["backend"], settings)  # BackendError: the hf backend raises none
                 with open(Path(r["job"]["out"]) / "results.jsonl", "a", encoding="utf-8") as f:
                     append_record(f, rec)
                 r["done"][rec["id"]] = rec
                 r["run"] += 1
-                r["wall_s"] += time.perf_counter() - t0 - (current.forward_s - f0)
+                r["wall_s"] += time.perf_counter() - t0 - (memo.forward_s - f0)
                 _WORKER["queue"].put(1)
-        current.reset()
     finally:
+        runner.memo = None
         for r in runs:
             r["backend"].close()
     metas = [_cell_meta(r["job"]["cell"], r["wall_s"], r["run"], len(entries),
                      write_summary(r["job"]["out"], entries, r["done"], r["config"]), True) for r in runs]
-    return metas + [_run_cell(w) for w in alone], current.forward_s
+    return metas + [_run_cell(w) for w in alone], memo.forward_s
 
 
 # ---- the sweep ----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class PrefillMemo:
         self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self.forward_s = 0.0  # seconds of the forwards put here (rendering included)
 
     @staticmethod
     def key(token_ids, cache_spec) -> tuple:
@@ -65,6 +66,7 @@ class PrefillMemo:
     def put(self, key, prompted) -> None:
         """Keep a copy of ``prompted`` (its cache not yet compressed), evicting the least recently
         used forwards until it fits; one larger than ``max_bytes`` is not kept."""
+        self.forward_s += prompted.seconds
         size = _bytes(prompted)
         if size > self.max_bytes or key in self._items:
             return
@@ -79,4 +81,4 @@ class PrefillMemo:
 
     def stats(self) -> dict:
         return {"entries": len(self), "bytes": self.bytes, "max_bytes": self.max_bytes,
-                "hits": self.hits, "misses": self.misses}
+                "hits": self.hits, "misses": self.misses, "forward_s": round(self.forward_s, 2)}
