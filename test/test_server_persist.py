@@ -312,8 +312,9 @@ def test_load_no_leak_no_crash(persist_server, client):
         return "closed"
 
     def too_long(i):
-        body, expected = [(oversize, f"exceeds the maximum allowed length ({max_input} tokens)"),
-                          (oversize_tools, f"exceeds the maximum allowed length ({max_input} tokens)"),
+        # the refusal names the limit (error_hooks.length_message): SGLang refuses >= max_input tokens
+        pool = f"accepts at most {max_input - 1} (the per-unit KV pool of {capacity} slots"
+        body, expected = [(oversize, pool), (oversize_tools, pool),
                           (over_context, "is longer than the model's context length (2048 tokens)")][i % 3]
         r = _post(srv, body)
         assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
