@@ -219,3 +219,62 @@ def test_segment_mode_search_scores_under_the_segment_rule(tmp_path, capsys):
     doc = json.loads(out.with_name("seg.calibration.json").read_text())
     assert doc["config"]["segment"] == "system" and doc["config"]["own_budget"] == 1.0
     assert set(doc["search"]) == set(doc["check"]) == {"0.33"}  # the search and the check both ran
+
+
+def test_nll_signal_measures_the_same_nll_and_no_failure_rate(tmp_path):
+    """``--sensitivity-signal nll`` (no generation per probe): the same NLL rises as ``both``,
+    every failure value None, the score from the NLL alone, and the report prints "-" for them."""
+    import sglang_pask
+    from sglang_pask.calibrate.family import sensitivity_score
+    from sglang_pask.calibrate.pipeline import Config
+    from sglang_pask.calibrate.report import write_report
+    from sglang_pask.calibrate.sensitivity import measure_sensitivity
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings
+
+    runner = sglang_pask.load_runner(str(FC))
+    entry = [e for e in load_spec(DATA) if e.id == "synthetic_multiple_calib_1"]
+    settings, groups = Settings(max_tokens=8, tool_choice="required"), [[0], [1]]
+    both = measure_sensitivity(runner, entry, groups, settings, signal="both")
+    nll = measure_sensitivity(runner, entry, groups, settings, signal="nll")
+    assert nll["signal"] == "nll" and both["signal"] == "both"
+    assert nll["nll"] == both["nll"] and nll["full"]["nll"] == both["full"]["nll"]
+    assert nll["full"]["fail"] is None and all(v is None for g in nll["fail"] for v in g.values())
+    assert all(d[c]["fail"] is None and d[c]["nll"] == b[c]["nll"]
+               for d, b in zip(nll["delimiters"], both["delimiters"]) for c in d)
+    assert sensitivity_score(nll) == [{c: round(max(v, 0.0), 6) for c, v in g.items()} for g in nll["nll"]]
+    out = tmp_path / "toy.json"
+    doc = {"config": {**Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out=str(out),
+                                signal="nll").record_key(), "code": "x"},
+           "sensitivity": nll, "distortion": [{"0.33": 0.1}, {"0.33": 0.2}]}
+    md = write_report(doc, out, {}).read_text()
+    assert "failure rate -," in md and "| - / " in md
+    with pytest.raises(ValueError, match="--sensitivity-signal must be one of both, nll"):
+        Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", signal="fail")
+    with pytest.raises(ValueError, match="--search-passes must be >= 1"):
+        Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", search_passes=0)
+    key = Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json").record_key()
+    assert "signal" not in key and "search_passes" not in key  # older records still match
+
+
+def test_nll_objective_search_end_to_end(tmp_path):
+    """``--sensitivity-signal nll --search-objective nll --search-passes 1`` (the real model's
+    setting): every stage runs with no generation before the held-out check; the search rows hold
+    gold NLLs, the best is the lowest, the check still generates, and the policies bind."""
+    from sglang_pask.policy import load_policy
+
+    out = tmp_path / "toy.json"
+    res = _pask(*ARGS, "--sensitivity-signal", "nll", "--search-objective", "nll", "--search-passes", "1",
+                "--out", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.with_name("toy.calibration.json").read_text())
+    assert doc["config"]["signal"] == "nll" and doc["config"]["search_objective"] == "nll"
+    assert doc["sensitivity"]["full"]["fail"] is None
+    for k in ("0.5", "0.33"):
+        s = doc["search"][k]
+        assert s["objective"] == "nll" and s["passes"] == 1 and all("nll" in r for r in s["rows"])
+        assert s["rows"][s["best"]]["nll"] == min(r["nll"] for r in s["rows"])
+        assert 0.0 <= doc["check"][k]["pask"] <= 1.0  # the held-out check generated and scored
+    assert "gold NLL/token (lower is better)" in out.with_name("toy.calibration.md").read_text()
+    assert "fit gold NLL" in res.stdout
+    load_policy(out, model_dir=FC)

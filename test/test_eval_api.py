@@ -122,3 +122,20 @@ def test_gold_nll_at_full_budget_is_the_plain_forward_and_grows_when_cut(fc_runn
     once = sglang_pask.gold_nll(fc_runner, "streaming", entry, budget=0.2, schedule="prefill", settings=settings)
     assert once.compressions == 1 and cut.compressions > 1  # prefill compresses once, continuous keeps going
     assert once.total != cut.total
+
+
+def test_prefill_schedule_teacher_forcing_in_one_forward_equals_the_loop(fc_runner):
+    """Under ``prefill`` nothing is compressed after prefill end, so teacher forcing feeds the answer
+    in one forward; ``continuous`` with an interval longer than the answer compresses at the same
+    single point (step 0) and runs the token-by-token loop: the NLLs agree to float rounding."""
+    import sglang_pask
+    from sglang_pask.eval.data import load_spec
+
+    settings = {"tool_choice": "required"}
+    for entry in load_spec("synthetic:eval:4:tiny"):
+        for method in ("snapkv", "streaming"):
+            one = sglang_pask.gold_nll(fc_runner, method, entry, budget=0.33, schedule="prefill", settings=settings)
+            loop = sglang_pask.gold_nll(fc_runner, method, entry, budget=0.33, schedule="continuous",
+                                        interval=10_000, settings=settings)
+            assert one.compressions == loop.compressions == 1 and one.tokens == loop.tokens > 1
+            assert abs(one.total - loop.total) < 1e-4, (entry.id, method, one, loop)  # measured: <= 1.1e-5

@@ -38,6 +38,17 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-memo-mb", type=int, default=2048,
                    help="MiB of prompt forwards reused across probes and search members (0: none; "
                         "the results are the same, only the time differs; default 2048)")
+    p.add_argument("--search-passes", type=int, default=2,
+                   help="passes of the coordinate search over the family's axes (default 2; 1 scores at "
+                        "most 1 + the sum of each axis's other values members per budget)")
+    p.add_argument("--search-objective", default="accuracy", choices=("accuracy", "nll"),
+                   help="what the family search maximises per member: accuracy (generation + BFCL's "
+                        "checker) or nll (minus the gold call's teacher-forced NLL: no generation); the "
+                        "held-out check generates either way (default accuracy)")
+    p.add_argument("--sensitivity-signal", default="both", choices=("both", "nll"),
+                   help="what each sensitivity probe measures: both (generation + BFCL's checker, and the "
+                        "teacher-forced gold NLL) or nll (the gold NLL only: one forward per probe, no "
+                        "generation; default both)")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -57,14 +68,17 @@ def run(args: argparse.Namespace) -> int:
                      schedule=args.schedule, interval=args.interval, seed=args.seed, fit_n=args.fit_n,
                      probe_n=args.probe_n, max_tokens=args.max_tokens, tool_choice=args.tool_choice,
                      main_budget=args.main_budget, segment_rule=rule, prefill_memo_mb=args.prefill_memo_mb,
-                     check_n=args.check_n)
+                     check_n=args.check_n, signal=args.sensitivity_signal,
+                     search_passes=args.search_passes, search_objective=args.search_objective)
     except ValueError as e:
         print(f"pask calibrate: {e}", file=sys.stderr)
         return 2
     doc = calibrate(cfg)
     for b in cfg.budgets:
         s = doc["search"][f"{b:g}"]
-        line = f"b={b:g}: {s['rows'][s['best']]['label']} fit {100 * s['rows'][s['best']]['accuracy']:.1f}"
+        best = s["rows"][s["best"]]
+        fit = f"gold NLL {best['nll']:.4f}" if "nll" in best else f"{100 * best['accuracy']:.1f}"
+        line = f"b={b:g}: {best['label']} fit {fit}"
         c = doc.get("check", {}).get(f"{b:g}")
         if c:
             line += (f"; check n={c['n']} pask {100 * c['pask']:.1f} vs snapkv {100 * c['baseline']:.1f}, "

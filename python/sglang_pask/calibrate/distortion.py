@@ -3,7 +3,10 @@ attention output when only group ``g`` is compressed to budget ``b`` structure-a
 (sinks + the newest tokens, :class:`~.probes.RecencyGroup`), everything else Full KV.
 
 Measured under teacher forcing on the gold call: a forward hook on every layer's ``self_attn``
-records its output ``[1, 1, hidden]`` at each answer step; per layer the error is
+records its output ``[1, T, hidden]`` at every forward, of which the last ``len(answer) - 1``
+positions are the answer steps (fed one by one, or as one forward under the ``prefill`` schedule;
+a prompt forward, when one runs rather than coming from the prefill memo, comes first); per layer
+the error is
 ``||O_b - O_full||_F / ||O_full||_F`` over the answer positions; D[g](b) is its mean over the
 group's layers and the entries.
 """
@@ -31,14 +34,13 @@ def budget_key(b: float) -> str:
 
 @contextmanager
 def _capture(model):
-    """Yields ``{layer: [tensor [hidden]] per single-token step}`` filled by forward hooks."""
+    """Yields ``{layer: [tensor [T, hidden]] per forward}`` filled by forward hooks."""
     seen: dict[int, list[torch.Tensor]] = {}
     handles = []
     for i, layer in enumerate(model.model.layers):
         def hook(_mod, _args, out, i=i):
             o = out[0] if isinstance(out, tuple) else out  # [1, T, hidden]
-            if o.shape[1] == 1:
-                seen.setdefault(i, []).append(o[0, 0].detach().double().cpu())
+            seen.setdefault(i, []).append(o[0].detach().double().cpu())
         handles.append(layer.self_attn.register_forward_hook(hook))
     try:
         yield seen
@@ -48,9 +50,10 @@ def _capture(model):
 
 
 def _outputs(runner, method, entry: Entry, settings: Settings) -> dict[int, torch.Tensor]:
+    """Per layer, its attention output at the answer steps, ``[len(answer) - 1, hidden]``."""
     with _capture(runner.model) as seen:
-        gold_nll(runner, method, entry, settings=settings)
-    return {i: torch.stack(v) for i, v in seen.items()}
+        steps = gold_nll(runner, method, entry, settings=settings).tokens - 1
+    return {i: torch.cat(v)[-steps:] for i, v in seen.items()} if steps else {}
 
 
 def measure_distortion(runner, entries: Sequence[Entry], groups: Sequence[Sequence[int]],

@@ -69,8 +69,9 @@ START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 
 
 def sensitivity_score(sens: dict) -> list[dict[str, float]]:
-    """``s[g][c]`` (see the module docstring) from :func:`~.sensitivity.measure_sensitivity`."""
-    return [{c: round(max(f[c], 0.0) + max(n[c], 0.0), 6) for c in sens["classes"]}
+    """``s[g][c]`` (see the module docstring) from :func:`~.sensitivity.measure_sensitivity` (a
+    failure rise not measured -- signal ``nll`` -- counts 0)."""
+    return [{c: round(max(f[c] or 0.0, 0.0) + max(n[c], 0.0), 6) for c in sens["classes"]}
             for f, n in zip(sens["fail"], sens["nll"])]
 
 

@@ -27,8 +27,8 @@ import numpy as np
 import sglang_pask
 from sglang_pask.calibrate.distortion import measure_distortion
 from sglang_pask.calibrate.family import Member, compile_policy, sensitivity_score
-from sglang_pask.calibrate.search import check_policy, max_members, search_budget
-from sglang_pask.calibrate.sensitivity import measure_sensitivity, work_units
+from sglang_pask.calibrate.search import OBJECTIVES, check_policy, max_members, search_budget
+from sglang_pask.calibrate.sensitivity import SIGNALS, measure_sensitivity, work_units
 from sglang_pask.eval.data import load_spec, parse_spec
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
@@ -65,6 +65,13 @@ class Config:
     prefill_memo_mb: int = 2048
     #: held-out check entries (None: every calib entry outside the fit set)
     check_n: Optional[int] = None
+    #: what each sensitivity probe measures (:data:`~.sensitivity.SIGNALS`): ``both`` (generation +
+    #: AST check, and the gold NLL) or ``nll`` (the teacher-forced gold NLL only, no generation)
+    signal: str = "both"
+    #: passes of the coordinate search over the family's axes (:func:`~.search.coordinate_search`)
+    search_passes: int = 2
+    #: what the search maximises (:data:`~.search.OBJECTIVES`); the held-out check always generates
+    search_objective: str = "accuracy"
 
     @property
     def point(self) -> OperatingPoint:
@@ -75,13 +82,20 @@ class Config:
         """What a resumed run must match (the segment rule flat, as earlier records hold it:
         fields at their defaults are left out, so older records still match)."""
         key = {k: v for k, v in asdict(self).items()
-               if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n")}
+               if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
+                            "search_passes", "search_objective")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
         key["segment"], key["own_budget"] = rule["segment"], rule["own_budget"]
         if self.interval != 1:
             key["interval"] = self.interval
+        if self.signal != "both":
+            key["signal"] = self.signal
+        if self.search_passes != 2:
+            key["search_passes"] = self.search_passes
+        if self.search_objective != "accuracy":
+            key["search_objective"] = self.search_objective
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -98,6 +112,13 @@ class Config:
             raise ValueError(f"need 1 <= --probe-n ({self.probe_n}) <= --fit-n ({self.fit_n})")
         if self.check_n is not None and self.check_n < 1:
             raise ValueError(f"--check-n must be >= 1, got {self.check_n}")
+        if self.signal not in SIGNALS:
+            raise ValueError(f"--sensitivity-signal must be one of {', '.join(SIGNALS)}, got {self.signal!r}")
+        if self.search_objective not in OBJECTIVES:
+            raise ValueError(f"--search-objective must be one of {', '.join(OBJECTIVES)}, "
+                             f"got {self.search_objective!r}")
+        if self.search_passes < 1:
+            raise ValueError(f"--search-passes must be >= 1, got {self.search_passes}")
         if self.prefill_memo_mb < 0:
             raise ValueError(f"--prefill-memo-mb must be >= 0, got {self.prefill_memo_mb}")
         if self.main_budget not in self.budgets:
@@ -171,7 +192,8 @@ def calibrate(cfg: Config) -> dict:
     if "sensitivity" not in doc:
         t = time.perf_counter()
         with _bar(work_units(probe, groups, runner, settings), "sensitivity") as bar:
-            doc["sensitivity"] = measure_sensitivity(runner, probe, groups, settings, tick=bar.update)
+            doc["sensitivity"] = measure_sensitivity(runner, probe, groups, settings, tick=bar.update,
+                                                     signal=cfg.signal)
         timings["sensitivity"] = round(time.perf_counter() - t, 1)
         save()
     if "distortion" not in doc:
@@ -197,9 +219,10 @@ def calibrate(cfg: Config) -> dict:
 
         if k not in searches:
             t = time.perf_counter()
-            with _bar(1 + max_members(), f"search b={k}") as bar:
+            with _bar(1 + max_members(passes=cfg.search_passes), f"search b={k}") as bar:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
-                                            tick=bar.update)
+                                            tick=bar.update, passes=cfg.search_passes,
+                                            objective=cfg.search_objective)
             timings[f"search {k}"] = round(time.perf_counter() - t, 1)
             save()
         policy = member_policy(Member(**searches[k]["best_member"]))

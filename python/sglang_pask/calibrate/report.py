@@ -8,11 +8,20 @@ from pathlib import Path
 
 import numpy as np
 
+from sglang_pask.calibrate.family import sensitivity_score
+
 __all__ = ["write_report"]
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
+
+
+def _fail(x: float | None, unit: str = "") -> str:
+    """A failure rate or rise in points; "-" where it was not measured (sensitivity signal nll)."""
+    if x is None:
+        return "-"
+    return f"{100 * x:.1f}{unit}" if unit else f"{100 * x:+.1f}"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -67,7 +76,7 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              *_engine_line(cfg),
              "## Task-error sensitivity S[g][c]", "",
              f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "
-             f"entries: failure rate {_pct(sens['full']['fail'])}%, gold NLL {sens['full']['nll']:.4f} "
+             f"entries: failure rate {_fail(sens['full']['fail'], '%')}, gold NLL {sens['full']['nll']:.4f} "
              "nats/token. Rise in failure rate (points) / rise in gold NLL (nats/token), over the entries "
              "holding the class (`n`; `tokens`: its mean token count there); s = max(fail, 0) + max(nll, 0) "
              "orders the classes (rank total), or s / tokens (rank density).", ""]
@@ -77,7 +86,7 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
         cells = [c, str(sens["count"][c]), f"{tokens[c]:.1f}" if c in tokens else "-"]
         for g in range(G):
             f, n = sens["fail"][g][c], sens["nll"][g][c]
-            cells.append(f"{100 * f:+.1f} / {n:+.4f}")
+            cells.append(f"{_fail(f)} / {n:+.4f}")
         rows.append(cells)
     lines += _table(["class", "n", "tokens"] + [f"group {g} fail / nll" for g in range(G)], rows)
     if any(sens.get("delimiters") or []):
@@ -87,7 +96,7 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
         names = [c for c in classes if any(c in d for d in sens["delimiters"])]
         lines += _table(["class", "n"] + [f"group {g} fail / nll" for g in range(G)],
                         [[c, str(sens["count"][c])] + [
-                            f"{100 * d[c]['fail']:+.1f} / {d[c]['nll']:+.4f}" if c in d else "-"
+                            f"{_fail(d[c]['fail'])} / {d[c]['nll']:+.4f}" if c in d else "-"
                             for d in sens["delimiters"]] for c in names])
     budgets = list(doc["distortion"][0])
     lines += ["", "## Attention-output distortion D[g](b)", "",
@@ -101,12 +110,17 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
               "residual shares proportional to D^alpha x (g+1)^tilt, sinks. Rows in scoring order; the "
               "chosen member in bold.", ""]
     for b, s in doc.get("search", {}).items():
-        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {_pct(s['baseline'])}; "
-                  f"{s.get('passes', 1)} pass(es))", ""]
-        rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"], _pct(r["accuracy"]),
-                 f"{100 * r['diff']:+.1f} [{100 * r['ci'][0]:+.1f}, {100 * r['ci'][1]:+.1f}]"]
+        by_nll = s.get("objective") == "nll"
+        value = (lambda x: f"{x:.4f}") if by_nll else _pct
+        diff = (lambda x: f"{x:+.4f}") if by_nll else (lambda x: f"{100 * x:+.1f}")
+        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {value(s['baseline'])}"
+                  f"{' gold NLL/token' if by_nll else ''}; {s.get('passes', 1)} pass(es))", ""]
+        rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"],
+                 value(r["nll" if by_nll else "accuracy"]),
+                 f"{diff(r['diff'])} [{diff(r['ci'][0])}, {diff(r['ci'][1])}]"]
                 for i, r in enumerate(s["rows"])]
-        lines += _table(["member", "accuracy", "diff vs SnapKV [95% CI]"], rows) + [""]
+        head = ["member", "gold NLL/token (lower is better)" if by_nll else "accuracy", "diff vs SnapKV [95% CI]"]
+        lines += _table(head, rows) + [""]
     if doc.get("check"):
         lines += ["## Held-out check (calib entries the search never saw)", ""]
         rows = [[b, str(c["n"]), _pct(c["pask"]), _pct(c["baseline"]),
@@ -117,11 +131,12 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
         lines.append("")
     lines += ["## Wall time", "", "Seconds per phase, on this machine (a resumed run reuses earlier phases):", ""]
     lines += _table(["phase", "s"], [[k, f"{v:.1f}"] for k, v in doc.get("timings_s", {}).items()])
-    s_mat = np.array([[max(sens["fail"][g][c], 0) + max(sens["nll"][g][c], 0) for c in classes] for g in range(G)])
+    s_mat = np.array([[s[c] for c in classes] for s in sensitivity_score(sens)])
     d_mat = np.array([[doc["distortion"][g][b] for b in budgets] for g in range(G)])
     groups = [f"group {g}" for g in range(G)]
     pngs = []
-    if _heatmap(s_mat, groups, classes, "S[g][c] = fail rise + NLL rise", out.with_name(f"{out.stem}.S.png")):
+    title = "S[g][c] = NLL rise" if sens.get("signal") == "nll" else "S[g][c] = fail rise + NLL rise"
+    if _heatmap(s_mat, groups, classes, title, out.with_name(f"{out.stem}.S.png")):
         pngs.append(f"{out.stem}.S.png")
     if _heatmap(d_mat, groups, [f"b={b}" for b in budgets], "D[g](b)", out.with_name(f"{out.stem}.D.png")):
         pngs.append(f"{out.stem}.D.png")

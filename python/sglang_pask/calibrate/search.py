@@ -1,5 +1,6 @@
 """The family search at one budget, on the fit entries (accuracy under the scoring API, the given
-schedule), each member paired with SnapKV (same schedule) on the same entries.
+schedule -- or, objective ``nll``, the gold call's teacher-forced NLL, for models too slow to
+generate every member on CPU), each member paired with SnapKV (same schedule) on the same entries.
 
 It is a coordinate search over :data:`~.family.AXES` from :data:`~.family.START`: for each field in
 turn, score the incumbent with that field set to each of its values and move to the most accurate
@@ -15,18 +16,25 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from sglang_pask.calibrate.family import AXES, START, Member
-from sglang_pask.eval.api import score
+from sglang_pask.eval.api import gold_nll, score
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.harness import Settings
-from sglang_pask.eval.stats import paired_bootstrap
+from sglang_pask.eval.stats import paired_bootstrap, paired_mean_bootstrap
 from sglang_pask.eval.summary import aggregate
 from sglang_pask.policy.operating_point import OperatingPoint
 
 #: the operating point the search scores under unless told otherwise
 PREFILL = OperatingPoint(schedule="prefill")
 
-__all__ = ["accuracy", "coordinate_search", "search_budget", "check_policy", "BASELINE", "max_members"]
+__all__ = ["accuracy", "coordinate_search", "search_budget", "check_policy", "BASELINE", "max_members",
+           "OBJECTIVES"]
+
+#: what the search maximises per member: ``accuracy`` (generation, BFCL's checker) or ``nll`` (minus
+#: the mean teacher-forced gold NLL per token: one forward per entry and member, no generation)
+OBJECTIVES = ("accuracy", "nll")
 
 #: the strongest baseline on the calib split at every budget (bench/results: SnapKV, prefill)
 BASELINE = ("snapkv", "prefill")
@@ -50,6 +58,13 @@ def _baseline(runner, entries, budget, settings, point: OperatingPoint) -> list[
 def _pask(runner, policy, entries, budget, settings, point: OperatingPoint) -> list[dict]:
     return score(runner, "pask", entries, budget=budget, policy=policy, schedule=point.schedule,
                  interval=point.interval, settings=settings, segment_rule=point.segment)
+
+
+def _nlls(runner, method: str, entries, budget, settings, point: OperatingPoint, policy=None) -> list[float]:
+    """Per entry, the gold call's teacher-forced NLL per token under ``method`` at ``point``."""
+    kw = {"policy": policy} if policy is not None else {}
+    return [gold_nll(runner, method, e, budget=budget, schedule=point.schedule, interval=point.interval,
+                     settings=settings, segment_rule=point.segment, **kw).mean for e in entries]
 
 
 def max_members(axes: dict = AXES, passes: int = 2) -> int:
@@ -89,28 +104,40 @@ def coordinate_search(objective: Callable[[Member], float], start: Member, axes:
 def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,
                   settings: Settings, seed: int, point: OperatingPoint = PREFILL,
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
-                  passes: int = 2) -> dict:
+                  passes: int = 2, objective: str = "accuracy") -> dict:
     """``compile_member``: Member -> policy. ``point``: the operating point (schedule, interval,
     segment rule) of every scoring run, PASK's and the baseline's; the compiled policies record it.
-    Returns ``{"budget", "baseline", "rows": [{"label",
-    "accuracy", "diff", "ci"}] in scoring order, "best": index, "best_member": the chosen Member's
-    fields, "n", "passes"}`` (accuracies as fractions)."""
-    base = _baseline(runner, entries, budget, settings, point)
+    ``objective``: :data:`OBJECTIVES`. Returns ``{"budget", "objective", "baseline", "rows":
+    [{"label", "accuracy" | "nll", "diff", "ci"}] in scoring order, "best": index, "best_member":
+    the chosen Member's fields, "n", "passes"}`` (accuracies as fractions; ``nll``: mean gold NLL
+    per token, its ``diff`` PASK minus the baseline, so negative is better). A record without
+    ``"objective"`` is an accuracy search."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"search objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    by_nll = objective == "nll"
+    base = (_nlls(runner, BASELINE[0], entries, budget, settings, point) if by_nll
+            else _baseline(runner, entries, budget, settings, point))
     if tick:
         tick()
     rows: list[dict] = []
 
-    def objective(m: Member) -> float:
-        recs = _pask(runner, compile_member(m), entries, budget, settings, point)
-        pb = paired_bootstrap(recs, base, seed=seed)
-        rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
+    def value(m: Member) -> float:
+        if by_nll:
+            nll = _nlls(runner, "pask", entries, budget, settings, point, policy=compile_member(m))
+            pb = paired_mean_bootstrap(nll, base, seed=seed)
+            rows.append({"label": m.label, "nll": round(float(np.mean(nll)), 6), "diff": pb["diff"], "ci": pb["ci"]})
+        else:
+            recs = _pask(runner, compile_member(m), entries, budget, settings, point)
+            pb = paired_bootstrap(recs, base, seed=seed)
+            rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
         if tick:
             tick()
-        return rows[-1]["accuracy"]
+        return -rows[-1]["nll"] if by_nll else rows[-1]["accuracy"]
 
-    best, order, done = coordinate_search(objective, start, axes, passes)
-    return {"budget": budget, "baseline": accuracy(base), "rows": rows, "best": order.index(best),
-            "best_member": asdict(best), "n": len(entries), "passes": done}
+    best, order, done = coordinate_search(value, start, axes, passes)
+    return {"budget": budget, "objective": objective,
+            "baseline": round(float(np.mean(base)), 6) if by_nll else accuracy(base), "rows": rows,
+            "best": order.index(best), "best_member": asdict(best), "n": len(entries), "passes": done}
 
 
 def check_policy(runner, policy, entries: Sequence[Entry], budget: float, settings: Settings,

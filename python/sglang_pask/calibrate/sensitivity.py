@@ -30,7 +30,7 @@ from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.rendering import render_chat
 from sglang_pask.structure.classes import StructClass
 
-__all__ = ["prompt_classes", "prompt_class_counts", "measure_sensitivity", "DELIMITED"]
+__all__ = ["prompt_classes", "prompt_class_counts", "measure_sensitivity", "DELIMITED", "SIGNALS"]
 
 #: classes whose span delimiters are probed (kept class, delimiters dropped)
 DELIMITED = (StructClass.TOOL_NAME, StructClass.PARAM_NAME, StructClass.ENUM_VALUE, StructClass.QUERY_VALUE)
@@ -51,32 +51,48 @@ def prompt_classes(runner, entries: Sequence[Entry], settings: Settings) -> list
     return [set(c) for c in prompt_class_counts(runner, entries, settings)]
 
 
-def _task_error(runner, method, entry: Entry, settings: Settings) -> tuple[float, float]:
-    """(1 if the AST check fails else 0, gold NLL per token) of ``entry`` under ``method``."""
-    rec = score(runner, method, [entry], settings=settings)[0]
-    return float(not rec["valid"]), float(gold_nll(runner, method, entry, settings=settings))
+#: what a probe measures: ``both`` (generation + AST check, and the gold NLL) or ``nll`` (the gold
+#: NLL only: one teacher-forced forward per probe, no generation -- for models too slow to generate
+#: every probe on CPU; the failure rises are then not measured and recorded as None)
+SIGNALS = ("both", "nll")
+
+
+def _task_error(runner, method, entry: Entry, settings: Settings, signal: str = "both") -> tuple:
+    """(1 if the AST check fails else 0 -- None under ``signal="nll"`` --, gold NLL per token) of
+    ``entry`` under ``method``."""
+    fail = None
+    if signal == "both":
+        fail = float(not score(runner, method, [entry], settings=settings)[0]["valid"])
+    return fail, float(gold_nll(runner, method, entry, settings=settings))
 
 
 def measure_sensitivity(runner, entries: Sequence[Entry], groups: Sequence[Sequence[int]],
-                        settings: Settings, tick: Optional[Callable[[], None]] = None) -> dict:
-    """``{"classes": [names], "count": {name: entries with it}, "tokens": {name: its mean token
+                        settings: Settings, tick: Optional[Callable[[], None]] = None,
+                        signal: str = "both") -> dict:
+    """``signal``: :data:`SIGNALS` (under ``nll`` every ``fail`` value is None). Returns
+    ``{"classes": [names], "count": {name: entries with it}, "tokens": {name: its mean token
     count in those entries}, "full": {"fail", "nll"},
     "fail": [{name: rise}] per group, "nll": [{name: rise}] per group, "delimiters": [{name:
-    {"fail", "nll"}}] per group (the :data:`DELIMITED` classes present)}`` (rises rounded to 1e-6)."""
+    {"fail", "nll"}}] per group (the :data:`DELIMITED` classes present), "signal"}`` (rises rounded to
+    1e-6)."""
+    if signal not in SIGNALS:
+        raise ValueError(f"sensitivity signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
     counts = prompt_class_counts(runner, entries, settings)
     present = [set(c) for c in counts]
     classes = [c for c in StructClass if any(int(c) in p for p in present)]
-    full = [_task_error(runner, "full", e, settings) for e in entries]
+    full = [_task_error(runner, "full", e, settings, signal) for e in entries]
     if tick:
         tick()
 
-    def rises(probe, c: StructClass) -> tuple[float, float]:
-        r = [np.subtract(_task_error(runner, probe, e, settings), full[i])
-             for i, e in enumerate(entries) if int(c) in present[i]]
-        mean = np.mean(r, axis=0)
+    def mean(xs) -> Optional[float]:
+        return None if xs[0] is None else round(float(np.mean(xs)), 6)
+
+    def rises(probe, c: StructClass) -> tuple:
+        held = [i for i, e in enumerate(entries) if int(c) in present[i]]
+        errs = {i: _task_error(runner, probe, entries[i], settings, signal) for i in held}
         if tick:
             tick()
-        return round(float(mean[0]), 6), round(float(mean[1]), 6)
+        return tuple(mean([None if full[i][k] is None else errs[i][k] - full[i][k] for i in held]) for k in (0, 1))
 
     fail, nll, delim = [], [], []
     for layers in groups:
@@ -89,13 +105,12 @@ def measure_sensitivity(runner, entries: Sequence[Entry], groups: Sequence[Seque
         fail.append(fg)
         nll.append(ng)
         delim.append(dg)
-    full_mean = np.mean(full, axis=0)
     return {"classes": [c.name for c in classes],
             "count": {c.name: sum(int(c) in p for p in present) for c in classes},
             "tokens": {c.name: round(float(np.mean([n[int(c)] for n in counts if int(c) in n])), 6)
                        for c in classes},
-            "full": {"fail": round(float(full_mean[0]), 6), "nll": round(float(full_mean[1]), 6)},
-            "fail": fail, "nll": nll, "delimiters": delim}
+            "full": {"fail": mean([f[0] for f in full]), "nll": mean([f[1] for f in full])},
+            "fail": fail, "nll": nll, "delimiters": delim, "signal": signal}
 
 
 def work_units(entries: Sequence[Entry], groups: Sequence[Sequence[int]], runner, settings: Settings) -> int:

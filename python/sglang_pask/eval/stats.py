@@ -12,13 +12,13 @@ same interval.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from sglang_pask.eval.summary import aggregate, category_order
 
-__all__ = ["bootstrap_ci", "paired_bootstrap", "RESAMPLES", "LEVEL"]
+__all__ = ["bootstrap_ci", "paired_bootstrap", "paired_mean_bootstrap", "RESAMPLES", "LEVEL"]
 
 RESAMPLES = 2000
 LEVEL = 0.95
@@ -93,3 +93,14 @@ def paired_bootstrap(a, b, *, metric: str = "mean", resamples: int = RESAMPLES, 
     diff = np.asarray(aggregate(ra)[metric], dtype=np.float64) - np.asarray(aggregate(rb)[metric], dtype=np.float64)
     return {"metric": metric, "diff": float(point[0] - point[1]), "ci": _interval(diff, level),
             "n": len(ids_a)}
+
+
+def paired_mean_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = RESAMPLES,
+                          seed: int = 0, level: float = LEVEL) -> dict:
+    """``mean(a) - mean(b)`` for per-entry values (e.g. gold NLL per token) paired by position,
+    with a percentile interval over entries resampled with replacement: ``{"diff", "ci", "n"}``."""
+    x = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or len(a) != len(b):
+        raise ValueError(f"paired values need two equal, non-empty lists (got {len(a)} and {len(b)})")
+    draws = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    return {"diff": float(x.mean()), "ci": _interval(x[draws].mean(axis=1), level), "n": int(x.size)}

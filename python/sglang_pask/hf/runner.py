@@ -164,14 +164,15 @@ class Runner:
         kind, window = self.cache_spec()
         return PrunableCache(self.num_layers, stats=kind, window_size=window)
 
-    def forward(self, cache: PrunableCache, ids: Sequence[int], start: int) -> torch.Tensor:
-        """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits."""
+    def forward(self, cache: PrunableCache, ids: Sequence[int], start: int, every: bool = False) -> torch.Tensor:
+        """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits
+        ``[V]`` (``every``: every position's, ``[len(ids), V]``)."""
         device = self.model.device
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
         pos = torch.arange(start, start + len(ids), device=device)[None]
         out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
-                         use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1].float().cpu()  # grammar masks and sampling run on CPU
+                         use_cache=True, logits_to_keep=0 if every else 1)
+        return (out.logits[0] if every else out.logits[0, -1]).float().cpu()  # masks and sampling run on CPU
 
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
                  step: int, force: bool = False, segment_end: int = 0,

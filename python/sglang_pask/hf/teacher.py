@@ -10,9 +10,11 @@ Loop (mirrors ``Runner.generate`` with the sampled token replaced by the answer'
         tracker.feed(tok) -> forward tok at position P+i -> compress (decode step i+1, if due)
 
 So compression points, classes (prompt tags + output tracker) and the method's schedule are the
-generation's: at budget 1.0 nothing is dropped and the result equals one plain forward over
-prompt + answer. Uses only the runner's public pieces (``tagger``, ``forward_request``, ``compress_prefill_end``,
-``forward``, ``compress``, ``tokenizer``) and the one rendering path (:func:`sglang_pask.rendering.render_chat`).
+generation's (under the ``prefill`` schedule without a segment nothing is compressed after prefill
+end, so the answer runs as one forward instead): at budget 1.0 nothing is dropped and the result
+equals one plain forward over prompt + answer. Uses only the runner's public pieces (``tagger``,
+``forward_request``, ``compress_prefill_end``, ``forward``, ``compress``, ``tokenizer``) and the one
+rendering path (:func:`sglang_pask.rendering.render_chat`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,14 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
     pre = runner.compress_prefill_end(cache, tags, prompted.prefilled)
     seq_len = len(prompt)
     ran = len(pre.compressions)
+    if runner.method.schedule == "prefill" and not pre.segment_end and len(answer) > 1:
+        # no compression point after prefill end (the schedule checks the budget at step 0 only,
+        # and no own span is compressed apart): the answer in one forward gives the same logits
+        # (to float rounding) as the token-by-token loop below, at a fraction of the time
+        rest = runner.forward(cache, answer[:-1], seq_len, every=True)  # [len(answer) - 1, V]
+        steps = torch.cat([logits[None], rest]).double()  # [len(answer), V]
+        nll = -torch.log_softmax(steps, dim=-1)[torch.arange(len(answer)), torch.tensor(answer)]
+        return TeacherForced(nll.numpy().astype(np.float64), len(prompt), int(ran))
     nll = np.zeros(len(answer), dtype=np.float64)
     for i, tok in enumerate(answer):
         nll[i] = -float(torch.log_softmax(logits.double(), dim=-1)[tok])
