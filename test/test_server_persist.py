@@ -458,8 +458,8 @@ def test_bad_flag_stops_the_launcher_fast(bad_flag_runs, name):
 # (``random`` served here too until issue 22; what it keeps per unit and that it releases every
 # slot is now tested on CPU for every server method: test_srt_persist_unit.py)
 
-STREAMING = ["--pask-policy", str(POLICY), "--pask-method", "streaming", "--pask-budget", "0.5",
-             "--max-total-tokens", str(MAX_TOTAL), *NO_RADIX]
+#: StreamingLLM needs no policy: the server runs it on the model's shape alone (plugin.policy_free_stand_in)
+STREAMING = ["--pask-method", "streaming", "--pask-budget", "0.5", "--max-total-tokens", str(MAX_TOTAL), *NO_RADIX]
 
 
 @pytest.fixture(scope="module")
@@ -509,6 +509,7 @@ def test_other_methods_serve(side_servers, no_whitespace_bias_fc, name, budget):
     assert _idle(state["pools"]) and state["compression"]["errors"] == 0
     assert state["pools"]["dropped_total"] > 0
     assert not re.search("|".join(map(re.escape, LEAK_TEXTS + PASK_FAILURES)), srv.log())
+    assert f"--pask-method {name} without --pask-policy: the model's shape only" in srv.log()
 
 
 def test_eval_records_what_the_server_runs(side_servers):

@@ -39,7 +39,8 @@ logger = logging.getLogger("sglang_pask")
 ENV_POLICY = serving.ENV_POLICY
 #: flag -> (dest, type, help) of the persistence flags other than the segment rule's (:mod:`.serving`)
 PERSIST_FLAGS = {
-    "--pask-method": ("pask_method", str, "KV method the server runs (default pask; also streaming, random, full)"),
+    "--pask-method": ("pask_method", str, "KV method the server runs (default pask, which needs --pask-policy; "
+                      "streaming, random and full run without one, on the model's shape)"),
     "--pask-budget": ("pask_budget", float, "KV budget b in (0, 1] (default: the policy's)"),
     "--pask-schedule": ("pask_schedule", str, "when to compress: continuous or prefill (default: the policy's "
                         "operating point)"),
@@ -146,8 +147,44 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
         logger.warning("sglang_pask: %s %s", os.path.basename(path), line)
 
 
+#: budget of a policy-free method given no --pask-budget (the project's headline operating budget)
+POLICY_FREE_BUDGET = 0.33
+
+
+def policy_free_stand_in(args: argparse.Namespace) -> str | None:
+    """``--pask-method M`` for a method that reads nothing of a policy (``streaming``, ``random``,
+    ``full``) and no ``--pask-policy``: the path of a stand-in policy for the served model -- its
+    structure prior (one group, ``calibration: null``), which gives the method only the model's
+    layer shape, a default budget (:data:`POLICY_FREE_BUDGET`) and the default operating point
+    (``continuous``, as StreamingLLM's authors run it) -- written under the temp folder, named by
+    the model's fingerprint. None for any other case (``pask`` needs a real policy; an unknown
+    method is named by the serving config)."""
+    from sglang_pask.methods import METHODS
+
+    name = getattr(args, "pask_method", None)
+    model = getattr(args, "model_path", None)
+    if not name or name == serving.DEFAULT_METHOD or name not in METHODS or not model:
+        return None
+    import tempfile
+
+    from sglang_pask.policy.binding import ModelBinding
+    from sglang_pask.policy.document import save_policy
+    from sglang_pask.policy.prior import prior_policy
+
+    binding = ModelBinding.from_model(model)
+    policy = prior_policy(binding, 1, POLICY_FREE_BUDGET, name=f"{name} without a policy")
+    folder = os.path.join(tempfile.gettempdir(), "sglang_pask")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"stand-in-{binding.fingerprint.split(':')[-1]}.json")
+    tmp = f"{path}.{os.getpid()}"
+    save_policy(policy, tmp)
+    os.replace(tmp, path)  # atomic: a server starting beside this one never reads half a file
+    logger.info("sglang_pask: --pask-method %s without --pask-policy: the model's shape only (%s)", name, path)
+    return path
+
+
 def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
-    path = getattr(args, "pask_policy", None)
+    path = getattr(args, "pask_policy", None) or policy_free_stand_in(args)
     # sglang_pask.launch_server made this same check before SGLang loaded; `python -m
     # sglang.launch_server` has only this one. SystemExit with a message: one line on stderr, exit
     # status 1, nothing spawned.
