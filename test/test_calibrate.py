@@ -221,46 +221,13 @@ def test_segment_mode_search_scores_under_the_segment_rule(tmp_path, capsys):
     assert set(doc["search"]) == set(doc["check"]) == {"0.33"}  # the search and the check both ran
 
 
-def test_nll_signal_measures_the_same_nll_and_no_failure_rate(tmp_path):
-    """``--sensitivity-signal nll`` (no generation per probe): the same NLL rises as ``both``,
-    every failure value None, the score from the NLL alone, and the report prints "-" for them."""
-    import sglang_pask
+def test_nll_signal_and_objective_end_to_end(runs, tmp_path):
+    """``--sensitivity-signal nll --search-objective nll --search-passes 1`` (the real model's
+    setting): the probes measure the same NLL rises as signal ``both`` (the ``runs`` fixture: same
+    seed, entries and groups) and no failure rate (None, "-" in the report); the search rows hold
+    gold NLLs, the best is the lowest; the held-out check still generates; the policies bind."""
     from sglang_pask.calibrate.family import sensitivity_score
     from sglang_pask.calibrate.pipeline import Config
-    from sglang_pask.calibrate.report import write_report
-    from sglang_pask.calibrate.sensitivity import measure_sensitivity
-    from sglang_pask.eval.data import load_spec
-    from sglang_pask.eval.harness import Settings
-
-    runner = sglang_pask.load_runner(str(FC))
-    entry = [e for e in load_spec(DATA) if e.id == "synthetic_multiple_calib_1"]
-    settings, groups = Settings(max_tokens=8, tool_choice="required"), [[0], [1]]
-    both = measure_sensitivity(runner, entry, groups, settings, signal="both")
-    nll = measure_sensitivity(runner, entry, groups, settings, signal="nll")
-    assert nll["signal"] == "nll" and both["signal"] == "both"
-    assert nll["nll"] == both["nll"] and nll["full"]["nll"] == both["full"]["nll"]
-    assert nll["full"]["fail"] is None and all(v is None for g in nll["fail"] for v in g.values())
-    assert all(d[c]["fail"] is None and d[c]["nll"] == b[c]["nll"]
-               for d, b in zip(nll["delimiters"], both["delimiters"]) for c in d)
-    assert sensitivity_score(nll) == [{c: round(max(v, 0.0), 6) for c, v in g.items()} for g in nll["nll"]]
-    out = tmp_path / "toy.json"
-    doc = {"config": {**Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out=str(out),
-                                signal="nll").record_key(), "code": "x"},
-           "sensitivity": nll, "distortion": [{"0.33": 0.1}, {"0.33": 0.2}]}
-    md = write_report(doc, out, {}).read_text()
-    assert "failure rate -," in md and "| - / " in md
-    with pytest.raises(ValueError, match="--sensitivity-signal must be one of both, nll"):
-        Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", signal="fail")
-    with pytest.raises(ValueError, match="--search-passes must be >= 1"):
-        Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", search_passes=0)
-    key = Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json").record_key()
-    assert "signal" not in key and "search_passes" not in key  # older records still match
-
-
-def test_nll_objective_search_end_to_end(tmp_path):
-    """``--sensitivity-signal nll --search-objective nll --search-passes 1`` (the real model's
-    setting): every stage runs with no generation before the held-out check; the search rows hold
-    gold NLLs, the best is the lowest, the check still generates, and the policies bind."""
     from sglang_pask.policy import load_policy
 
     out = tmp_path / "toy.json"
@@ -269,7 +236,22 @@ def test_nll_objective_search_end_to_end(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(out.with_name("toy.calibration.json").read_text())
     assert doc["config"]["signal"] == "nll" and doc["config"]["search_objective"] == "nll"
-    assert doc["sensitivity"]["full"]["fail"] is None
+    sens, both = doc["sensitivity"], json.loads(runs[0].with_name("toy.calibration.json").read_text())["sensitivity"]
+    assert sens["signal"] == "nll" and both["signal"] == "both"
+    assert sens["nll"] == both["nll"] and sens["full"]["nll"] == both["full"]["nll"]
+    assert sens["full"]["fail"] is None and all(v is None for g in sens["fail"] for v in g.values())
+    assert all(d[c]["fail"] is None and d[c]["nll"] == b[c]["nll"]
+               for d, b in zip(sens["delimiters"], both["delimiters"]) for c in d)
+    assert sensitivity_score(sens) == [{c: round(max(v, 0.0), 6) for c, v in g.items()} for g in sens["nll"]]
+    md = out.with_name("toy.calibration.md").read_text()
+    assert "failure rate -," in md and "| - / " in md
+    for bad, match in (({"signal": "fail"}, "--sensitivity-signal must be one of both, nll"),
+                       ({"search_passes": 0}, "--search-passes must be >= 1"),
+                       ({"search_objective": "loss"}, "--search-objective must be one of accuracy, nll")):
+        with pytest.raises(ValueError, match=match):
+            Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", **bad)
+    key = Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json").record_key()
+    assert not {"signal", "search_passes", "search_objective"} & set(key)  # older records still match
     for k in ("0.5", "0.33"):
         s = doc["search"][k]
         assert s["objective"] == "nll" and s["passes"] == 1 and all("nll" in r for r in s["rows"])
