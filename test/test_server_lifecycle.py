@@ -64,6 +64,39 @@ def test_ctrl_c_or_sigterm_stops_make_serve_cleanly(tmp_path, sig):
         assert "make: ***" not in text, text[-3000:]
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
         assert "crashed with exit code" not in text and "SIGQUIT received" not in text, text[-3000:]
+        assert "SGLang's subprocess watchdog stopped before the final cleanup" in text, text[-3000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("launcher", [True, False])
+def test_the_final_kill_stops_sglangs_watchdog_first(monkeypatch, launcher):
+    """SGLang's last act after a requested stop, ``kill_process_tree(os.getpid(),
+    include_parent=False)``, SIGKILLs the scheduler while its ``SubprocessWatchdog`` may still poll
+    (it then logs a crash and sends SIGQUIT). The seam's BEFORE hook stops that watchdog first, in
+    our launcher only (``$SGLANG_PASK_LAUNCHER``); elsewhere it leaves it running."""
+    import multiprocessing
+    import os
+    import sys
+    import time
+    import types
+
+    from sglang.srt.utils.watchdog import SubprocessWatchdog
+    from sglang_pask import process
+
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    watchdog = SubprocessWatchdog([child], ["scheduler_0"], interval=0.2)
+    watchdog.start()
+    state = types.SimpleNamespace(tokenizer_manager=types.SimpleNamespace(_subprocess_watchdog=watchdog))
+    monkeypatch.setitem(sys.modules, "sglang.srt.entrypoints.http_server", types.SimpleNamespace(_global_state=state))
+    monkeypatch.setenv(process.ENV_LAUNCHER, "1" if launcher else "0")
+    try:
+        assert process.before_final_kill(os.getpid(), include_parent=False) is None  # args unchanged
+        process.before_final_kill(os.getpid())  # include_parent=True: not the final cleanup, nothing
+        assert watchdog._stop_event.is_set() is launcher and (watchdog._thread is None) is launcher
+    finally:
+        watchdog.stop()  # before the kill below, or the watchdog would SIGQUIT this test process
+        child.kill()
+        child.join()

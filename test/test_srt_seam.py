@@ -72,7 +72,9 @@ def test_every_stamped_attribute_is_declared():
 def test_declarations_are_data():
     hooks = [d for d in seam.DECLARED if isinstance(d, seam.Hook)]
     assert {d.group for d in seam.DECLARED} == {seam.ALWAYS, seam.PASK}
-    assert {d.target.rsplit(".", 1)[1] for d in hooks if d.group == seam.ALWAYS} == {"add_cli_args", "from_cli_args"}
+    # without a policy only the flags, and the launcher's stop (a no-op outside sglang_pask.launch_server)
+    assert {d.target.rsplit(".", 1)[1] for d in hooks if d.group == seam.ALWAYS} == {
+        "add_cli_args", "from_cli_args", "kill_process_tree"}
     assert all(d.kind in ("before", "after", "around", "replace") for d in hooks)
     assert len({(d.target, d.hook) for d in hooks}) == len(hooks), "a hook declared twice"
     with pytest.raises(AttributeError):
@@ -173,6 +175,10 @@ _APPLIED = (
     "held = app.exception_handlers[RequestValidationError]\n"
     "assert seam._in_chain(held, error_hooks.around_validation_handler)\n"
     "assert held.__wrapped__ is validation_exception_handler\n"
+    "from sglang_pask.process import before_final_kill\n"
+    "import sglang.srt.utils as utils, sglang.srt.utils.common as common\n"
+    "assert seam._installed('sglang.srt.utils.common.kill_process_tree', before_final_kill)\n"
+    "assert utils.kill_process_tree is common.kill_process_tree  # re-exports follow the hook\n"
     "print('ok', len(seam.declared()))\n"
 )
 _CHILD = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('not reached')\n"

@@ -26,3 +26,26 @@ def child_leaves_stop_to_launcher() -> None:
     if os.environ.get(ENV_LAUNCHER) == "1" and multiprocessing.parent_process() is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def before_final_kill(parent_pid=None, include_parent: bool = True, *args, **kwargs):
+    """Before ``kill_process_tree`` (a BEFORE hook, :mod:`sglang_pask.srt.seam`): in our
+    launcher, when SGLang's ``launch_server`` ends with its final ``kill_process_tree(os.getpid(),
+    include_parent=False)`` (uvicorn has shut down after Ctrl-C or SIGTERM), stop SGLang's
+    subprocess watchdog first. SGLang stops it on its own graceful path, not on this one: the
+    SIGKILL then reaches the scheduler while the watchdog (1 s poll) may still be looking, and on a
+    loaded machine it reports "Subprocess scheduler_0 crashed with exit code -9" and sends SIGQUIT
+    although the stop was requested. Anywhere else: nothing."""
+    if (os.environ.get(ENV_LAUNCHER) == "1" and parent_pid == os.getpid() and not include_parent):
+        import sys
+
+        http = sys.modules.get("sglang.srt.entrypoints.http_server")
+        state = getattr(http, "_global_state", None)
+        watchdog = getattr(getattr(state, "tokenizer_manager", None), "_subprocess_watchdog", None)
+        if watchdog is not None:
+            watchdog.stop()
+            import logging
+
+            logging.getLogger("sglang_pask").info("sglang_pask: stop requested: SGLang's subprocess watchdog "
+                                                  "stopped before the final cleanup")
+    return None

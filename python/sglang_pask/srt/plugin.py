@@ -19,7 +19,9 @@ argument parsing, so the hooks are applied late; SGLang's registry propagates th
 imported the targets already). ``--pask-tag-log DIR`` (``$SGLANG_PASK_TAG_LOG``)
 makes them write each request's tags to DIR.
 
-Invariant: with no policy set, nothing else is hooked and SGLang behaves as stock.
+Invariant: with no policy set, nothing else is hooked and SGLang behaves as stock (under our
+launcher, one more ALWAYS hook stops SGLang's subprocess watchdog before its final cleanup:
+:func:`sglang_pask.process.before_final_kill`).
 """
 
 from __future__ import annotations

@@ -135,6 +135,8 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
     Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "around", f"{_SRT}.plugin:_capture", ALWAYS),
     Stamp("_pask_policy", "sglang.srt.server_args.ServerArgs",
           "the policy path, pickled with the server args into child processes", group=ALWAYS),
+    # -- always: a requested stop is not a crash (process; a no-op outside our launcher) --
+    Hook("sglang.srt.utils.common.kill_process_tree", "before", "sglang_pask.process:before_final_kill", ALWAYS),
     # -- tags (tag_hooks, request_tags) --
     Hook(f"{_CHAT}._convert_to_internal_request", "after", f"{_SRT}.tag_hooks:after_convert"),
     Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_SRT}.tag_hooks:around_accept"),
