@@ -56,8 +56,14 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check python test bench
 
+# Full KV, then PASK with POLICY (default: the shipped tiny policy), each started on the same KV
+# bytes and sent the same tool requests all at once; prints the ratio table and the folder it wrote.
+BENCH_POLICY = $(or $(POLICY),policies/pask-tiny-fc.json)
+BENCH_OUT ?= out/bench-$(shell date -u +%Y%m%d-%H%M%S)
+BENCH_ARGS ?= --requests 32 --intervals 1,16
 bench: install
-	bash bench/serve_smoke.sh
+	$(PY) bench/server_capacity.py --parts capacity --model $(MODEL) --policy $(BENCH_POLICY) \
+		--out $(BENCH_OUT) $(BENCH_ARGS)
 
 # Rebuild the plumbing model (deterministic; the committed copy is what tests use).
 model: install

@@ -24,6 +24,10 @@ each server sized for the same KV bytes.
 
     .venv/bin/python bench/server_capacity.py --out bench/results/pask-tiny-fc-server-capacity
     .venv/bin/python bench/server_capacity.py --quick --out /tmp/sc      # a small smoke run
+    make bench POLICY=policies/pask-tiny-fc.json     # part 1 only, --requests 32, into out/bench-<time>/
+
+Every run ends with one table of ratios PASK / Full (requests/s, output tokens/s, median TPOT and
+TTFT, max and mean running requests, KV bytes of the KV cache) and the folder it wrote.
 
 Writes ``report.md``, ``results.json``, ``server_capacity.png`` and ``meta.json`` into ``--out``.
 """
@@ -124,6 +128,8 @@ def bench_serving(srv, model: str, dataset: Path, n: int, conc: int, out: Path) 
 def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
     """Start one server, run bench_serving against it, read its log and counters, stop it."""
     t0 = time.monotonic()
+    print(f"[{name}] starting the server ({' '.join(f for f in flags if f.startswith('--pask-')) or 'Full KV'}), "
+          f"then {n} requests, {conc} at a time", flush=True)
     with running_server(model, flags) as srv:
         info = server_info(srv)
         res = bench_serving(srv, model, dataset, n, conc, work / f"{name}.jsonl")
@@ -230,8 +236,8 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cap, tpot = results["capacity"], results["tpot"]["contexts"]
-    fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
+    cap, tpot = results["capacity"], (results.get("tpot") or {}).get("contexts")
+    fig, ax = plt.subplots(1, 3 if tpot else 2, figsize=(13 if tpot else 9, 3.8))
     for i, (key, title) in enumerate((("max_running_req", "max running requests"),
                                       ("output_throughput", "output throughput (tok/s)"))):
         names = ["full", *pask_rows(cap)]
@@ -241,6 +247,10 @@ def plot(results: dict, path: Path) -> None:
         ax[i].set_title(f"{title}\n{cap['full_max_total_tokens']} tokens of KV, {cap['dataset']['requests']} requests")
         for x, v in enumerate(vals):
             ax[i].text(x, v, f"{v:.1f}", ha="center", va="bottom")
+    if not tpot:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        return
     ctxs = list(tpot)
     w = 0.38
     for j, (name, color) in enumerate((("full", "#777777"), ("pask", "#d95f02"))):
@@ -252,6 +262,27 @@ def plot(results: dict, path: Path) -> None:
     ax[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+#: the ratio table's rows: (label, key of a server's results)
+RATIOS = (("requests/s", "request_throughput"), ("output tokens/s", "output_throughput"),
+          ("median TPOT (lower is better)", "median_tpot_ms"), ("median TTFT (lower is better)", "median_ttft_ms"),
+          ("max running requests", "max_running_req"), ("mean running requests", "mean_running_req"))
+
+
+def ratio_table(cap: dict) -> list[str]:
+    """Markdown lines: every PASK row of part 1 against Full, one column per compression interval,
+    plus the KV bytes each server's KV cache holds (the same by construction)."""
+    rows = pask_rows(cap)
+    head = "| PASK / Full | " + " | ".join(f"interval {cap[r]['interval']}" for r in rows) + " |"
+    lines = [head, "|---|" + "---:|" * len(rows)]
+    for label, key in RATIOS:
+        cells = [f"{cap[r][key] / cap['full'][key]:.2f}x" if cap["full"].get(key) else "-" for r in rows]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    kv = cap["kv_bytes"]
+    lines.append(f"| KV bytes of the KV cache | {kv['pask'] / kv['full']:.2f}x ({kv['pask']:,} / {kv['full']:,})"
+                 + " |" * len(rows))
+    return lines
 
 
 def report(results: dict, meta: dict) -> str:
@@ -279,8 +310,10 @@ def report(results: dict, meta: dict) -> str:
         q = cap[f"ratio_i{cap[name]['interval']}"]
         lines.append(f"At interval {cap[name]['interval']}: max running requests {q['max_running_req']}x, output "
                      f"throughput {q['output_throughput']}x.")
-    lines.append("")
-    t = results["tpot"]
+    lines += ["", *ratio_table(cap), ""]
+    t = results.get("tpot")
+    if not t:
+        return "\n".join(lines) + "\n"
     m = t["model"]
     lines += [f"## TPOT: random-weight Qwen3, {m['params'] / 1e6:.1f}M parameters ({m['num_hidden_layers']} layers, "
               f"hidden {m['hidden_size']}, {m['num_key_value_heads']} KV heads x {m['head_dim']}), prior policy",
@@ -309,6 +342,7 @@ def main(argv=None) -> int:
                    help="PASK compression intervals of part 1 (the first is the headline row)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
+    p.add_argument("--parts", default="capacity,tpot", help="capacity, tpot or both (default both)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.quick:
@@ -316,11 +350,17 @@ def main(argv=None) -> int:
     a.contexts = [int(x) for x in a.contexts.split(",")]
     a.intervals = [int(x) for x in a.intervals.split(",")]
     t0 = time.time()
+    parts = [x for x in a.parts.split(",") if x]
+    if "capacity" not in parts or not set(parts) <= {"capacity", "tpot"}:
+        p.error(f"--parts must hold capacity (and may add tpot), got {a.parts!r}")
     with tempfile.TemporaryDirectory(prefix="pask-capacity-") as d:
-        results = {"capacity": part_capacity(a, Path(d)), "tpot": part_tpot(a, Path(d))}
+        results = {"capacity": part_capacity(a, Path(d))}
+        if "tpot" in parts:
+            results["tpot"] = part_tpot(a, Path(d))
     meta = run_meta(t0)
     out = write_outputs(a.out, results, meta, report(results, meta))
     plot(results, out / "server_capacity.png")
+    print(f"wrote {out}/: report.md (the tables above), results.json, meta.json, server_capacity.png")
     return 0
 
 
