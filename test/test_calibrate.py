@@ -68,6 +68,7 @@ def test_writes_policies_that_validate_bind_and_run(runs):
         assert part in md
     doc = json.loads(out.with_name("toy.calibration.json").read_text())
     assert doc["split_sizes"] == {"probe": 1, "fit": 2, "check": 1}  # every stage ran on something
+    assert doc["search_progress"] == {}  # a finished search leaves no partial record
     assert out.with_name("toy.S.png").stat().st_size > 0 and out.with_name("toy.D.png").stat().st_size > 0
 
 
@@ -260,3 +261,45 @@ def test_nll_signal_and_objective_end_to_end(runs, tmp_path):
     assert "gold NLL/token (lower is better)" in out.with_name("toy.calibration.md").read_text()
     assert "fit gold NLL" in res.stdout
     load_policy(out, model_dir=FC)
+
+
+def test_search_resumes_member_by_member():
+    """A search interrupted after some members (here: the third save raises) and rerun with the
+    same progress dict scores only the members not yet scored and returns exactly what an
+    uninterrupted search returns (nll objective, 2 fit entries, a small grid)."""
+    import sglang_pask
+    from sglang_pask.calibrate.family import START, compile_policy
+    from sglang_pask.calibrate.search import search_budget
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings
+    from sglang_pask.policy.binding import ModelBinding
+
+    runner = sglang_pask.load_runner(str(FC))
+    binding = ModelBinding.from_model(str(FC))
+    entries = load_spec(DATA)[:2]
+    score = [{"TOOL_NAME": 1.0, "PARAM_NAME": 0.5}, {"TOOL_NAME": 0.5, "PARAM_NAME": 1.0}]
+    dist = [{"0.33": 0.1}, {"0.33": 0.2}]
+    axes = {"tilt": (0.0, 2.0), "window_frac": (0.25, 0.5)}
+    calls = []
+
+    def member_policy(m):
+        calls.append(m.label)
+        return compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0)
+
+    args = (runner, member_policy, entries, 0.33, Settings(max_tokens=8, tool_choice="required"), 0)
+    whole = search_budget(*args, axes=axes, objective="nll")
+    scored = len(calls)
+    progress, saves = {}, []
+
+    def interrupt():
+        saves.append(1)
+        if len(saves) == 3:  # the baseline and two members are saved
+            raise KeyboardInterrupt
+
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        search_budget(*args, axes=axes, objective="nll", progress=progress, save=interrupt)
+    assert len(progress["rows"]) == 2 and "baseline" in progress
+    calls.clear()
+    resumed = search_budget(*args, axes=axes, objective="nll", progress=progress)
+    assert resumed == whole and len(calls) == scored - 2 and START.label in progress["rows"]

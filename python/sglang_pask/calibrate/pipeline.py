@@ -219,11 +219,20 @@ def calibrate(cfg: Config) -> dict:
 
         if k not in searches:
             t = time.perf_counter()
+            # member by member: a rerun resumes from the members scored so far (same code and config)
+            partial = doc.setdefault("search_progress", {}).setdefault(k, {})
+            before = partial.get("seconds", 0.0)  # spent by earlier invocations
+
+            def save_progress(before=before, t=t, partial=partial):
+                partial["seconds"] = round(before + time.perf_counter() - t, 1)
+                save()
+
             with _bar(1 + max_members(passes=cfg.search_passes), f"search b={k}") as bar:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
                                             tick=bar.update, passes=cfg.search_passes,
-                                            objective=cfg.search_objective)
-            timings[f"search {k}"] = round(time.perf_counter() - t, 1)
+                                            objective=cfg.search_objective, progress=partial, save=save_progress)
+            del doc["search_progress"][k]
+            timings[f"search {k}"] = round(before + time.perf_counter() - t, 1)
             save()
         policy = member_policy(Member(**searches[k]["best_member"]))
         save_policy(policy, budget_path(out, b))

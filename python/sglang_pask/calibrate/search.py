@@ -104,25 +104,39 @@ def coordinate_search(objective: Callable[[Member], float], start: Member, axes:
 def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,
                   settings: Settings, seed: int, point: OperatingPoint = PREFILL,
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
-                  passes: int = 2, objective: str = "accuracy") -> dict:
+                  passes: int = 2, objective: str = "accuracy", progress: Optional[dict] = None,
+                  save: Optional[Callable[[], None]] = None) -> dict:
     """``compile_member``: Member -> policy. ``point``: the operating point (schedule, interval,
     segment rule) of every scoring run, PASK's and the baseline's; the compiled policies record it.
     ``objective``: :data:`OBJECTIVES`. Returns ``{"budget", "objective", "baseline", "rows":
     [{"label", "accuracy" | "nll", "diff", "ci"}] in scoring order, "best": index, "best_member":
     the chosen Member's fields, "n", "passes"}`` (accuracies as fractions; ``nll``: mean gold NLL
     per token, its ``diff`` PASK minus the baseline, so negative is better). A record without
-    ``"objective"`` is an accuracy search."""
+    ``"objective"`` is an accuracy search.
+
+    ``progress``: a dict this search fills as it goes (``"baseline"``: the baseline's per-entry
+    values or records; ``"rows"``: label -> row) and reads back on a rerun, so an interrupted search
+    resumes member by member; ``save`` is called after each new entry (the caller persists
+    ``progress``). A resumed search returns what an uninterrupted one would."""
     if objective not in OBJECTIVES:
         raise ValueError(f"search objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     by_nll = objective == "nll"
-    base = (_nlls(runner, BASELINE[0], entries, budget, settings, point) if by_nll
-            else _baseline(runner, entries, budget, settings, point))
+    progress = {} if progress is None else progress
+    done = progress.setdefault("rows", {})
+    if "baseline" not in progress:
+        progress["baseline"] = (_nlls(runner, BASELINE[0], entries, budget, settings, point) if by_nll
+                                else _baseline(runner, entries, budget, settings, point))
+        if save:
+            save()
+    base = progress["baseline"]
     if tick:
         tick()
     rows: list[dict] = []
 
     def value(m: Member) -> float:
-        if by_nll:
+        if m.label in done:
+            rows.append(done[m.label])
+        elif by_nll:
             nll = _nlls(runner, "pask", entries, budget, settings, point, policy=compile_member(m))
             pb = paired_mean_bootstrap(nll, base, seed=seed)
             rows.append({"label": m.label, "nll": round(float(np.mean(nll)), 6), "diff": pb["diff"], "ci": pb["ci"]})
@@ -130,6 +144,10 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
             recs = _pask(runner, compile_member(m), entries, budget, settings, point)
             pb = paired_bootstrap(recs, base, seed=seed)
             rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
+        if m.label not in done:
+            done[m.label] = rows[-1]
+            if save:
+                save()
         if tick:
             tick()
         return -rows[-1]["nll"] if by_nll else rows[-1]["accuracy"]
