@@ -128,8 +128,8 @@ def bench_serving(srv, model: str, dataset: Path, n: int, conc: int, out: Path) 
 def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
     """Start one server, run bench_serving against it, read its log and counters, stop it."""
     t0 = time.monotonic()
-    pask = " ".join(f"{f} {v}" for f, v in zip(flags, flags[1:]) if f.startswith("--pask-"))
-    print(f"[{name}] starting the server ({pask or 'Full KV'}), then {n} requests, {conc} at a time", flush=True)
+    shown = " ".join(f"{f} {v}" for f, v in zip(flags, flags[1:]) if f.startswith("--pask-"))
+    print(f"[{name}] starting the server ({shown or "Full KV"}), then {n} requests, {conc} at a time", flush=True)
     with running_server(model, flags) as srv:
         info = server_info(srv)
         res = bench_serving(srv, model, dataset, n, conc, work / f"{name}.jsonl")
