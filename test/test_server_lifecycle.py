@@ -64,7 +64,10 @@ def test_ctrl_c_or_sigterm_stops_make_serve_cleanly(tmp_path, sig):
         assert "make: ***" not in text, text[-3000:]
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
         assert "crashed with exit code" not in text and "SIGQUIT received" not in text, text[-3000:]
-        assert "SGLang's subprocess watchdog stopped before the final cleanup" in text, text[-3000:]
+        # Ctrl-C stops through uvicorn, where only the seam's hook stops the watchdog; on SIGTERM
+        # SGLang's graceful path stops it itself (then the hook has nothing to do or say)
+        stopped = text.count("SGLang's subprocess watchdog stopped before the final cleanup")
+        assert stopped == (1 if sig == "SIGINT" else 0), text[-3000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

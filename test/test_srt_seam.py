@@ -245,3 +245,23 @@ def test_the_preflight_as_a_command():
     r = subprocess.run([sys.executable, "-m", "sglang_pask.srt.preflight"], env=_env(), capture_output=True,
                        text=True, timeout=60, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_the_registry_log_keeps_quiet_about_our_own_targets_only():
+    """While the seam applies, SGLang's hook registry logs nothing per declared target (its
+    "Applied" lines and the "Multiple AROUND hooks" warning: both our AROUND hooks call the
+    original); lines about any other target, and other warnings, pass."""
+    import logging
+
+    ours = next(d.target for d in seam.DECLARED if isinstance(d, seam.Hook))
+    quiet = seam._QuietOwnHooks({ours})
+
+    def rec(msg, *args, level=logging.INFO):
+        return logging.LogRecord("sglang.srt.plugins.hook_registry", level, __file__, 1, msg, args, None)
+
+    assert not quiet.filter(rec("Applied %d hook(s) to %s (from: %s)", 1, ours, "unknown"))
+    assert not quiet.filter(rec("Multiple AROUND hooks on '%s' (%d hooks, from: %s). If any ...", ours, 2, "x",
+                                level=logging.WARNING))
+    assert quiet.filter(rec("Applied %d hook(s) to %s (from: %s)", 1, "other.plugin.target", "unknown"))
+    assert quiet.filter(rec("Multiple AROUND hooks on '%s' (%d hooks, from: %s).", "other.target", 2, "x"))
+    assert quiet.filter(rec("Multiple REPLACE hooks on '%s': ...", ours, level=logging.WARNING))

@@ -42,7 +42,8 @@ def before_final_kill(parent_pid=None, include_parent: bool = True, *args, **kwa
         http = sys.modules.get("sglang.srt.entrypoints.http_server")
         state = getattr(http, "_global_state", None)
         watchdog = getattr(getattr(state, "tokenizer_manager", None), "_subprocess_watchdog", None)
-        if watchdog is not None:
+        # still polling (SGLang's graceful SIGTERM path has stopped it already: then nothing to say)
+        if watchdog is not None and not watchdog._stop_event.is_set():
             watchdog.stop()
             import logging
 

@@ -358,6 +358,22 @@ def _sglang_uses(cls, name: str) -> bool:
 _applied: set[str] = set()
 
 
+class _QuietOwnHooks:
+    """A filter for SGLang's hook registry logger while the seam applies: drops its per-target
+    "Applied N hook(s)" line and its "Multiple AROUND hooks" warning for targets the seam declares
+    (ours call the original, and the seam's own summary line and checks follow); everything about
+    other targets, and every other warning, passes."""
+
+    def __init__(self, targets: set[str]):
+        self.targets = targets
+
+    def filter(self, record) -> bool:
+        msg = str(record.msg)
+        if msg.startswith("Applied ") or msg.startswith("Multiple AROUND hooks"):
+            return not (record.args and record.args[1 if msg.startswith("Applied ") else 0] in self.targets)
+        return True
+
+
 def apply(group: str) -> None:
     """Register and apply ``group``'s hooks and registrations (once per process), then check
     every declaration of the group; raises :class:`SeamError` naming the first failure."""
@@ -376,7 +392,13 @@ def apply(group: str) -> None:
             except Exception as e:
                 raise SeamError(f"hook {d.hook} does not resolve: {e}") from None
             HookRegistry.register(d.target, fn, HookType[d.kind.upper()])
-    HookRegistry.apply_hooks()
+    quiet = _QuietOwnHooks({d.target for d in declared() if isinstance(d, Hook)})
+    registry_log = logging.getLogger("sglang.srt.plugins.hook_registry")
+    registry_log.addFilter(quiet)
+    try:
+        HookRegistry.apply_hooks()
+    finally:
+        registry_log.removeFilter(quiet)
     for d in items:
         if isinstance(d, AppHandler) and _serves_http():
             wrap_handler(d)
