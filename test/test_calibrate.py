@@ -303,3 +303,29 @@ def test_search_resumes_member_by_member():
     calls.clear()
     resumed = search_budget(*args, axes=axes, objective="nll", progress=progress)
     assert resumed == whole and len(calls) == scored - 2 and START.label in progress["rows"]
+
+
+def test_reuse_stages_adopts_only_a_matching_record(tmp_path):
+    """``--reuse-stages``: the stages a record of other code measured are adopted (with their
+    timings, and the record names the code) only when every configuration field but ``code``
+    matches; a differing field is refused naming it; the search is never adopted, and stages the
+    run already holds are kept."""
+    from sglang_pask.calibrate.pipeline import ReuseError, adopt_stages
+    from sglang_pask.calibrate.report import _reused_line
+
+    key = {"model": "m", "data": "bfcl:all:calib=25", "budgets": [0.33], "code": "new"}
+    old = {"config": {**key, "code": "old"}, "sensitivity": {"s": 1}, "distortion": [{"0.33": 0.1}],
+           "search": {"0.33": {"best": 0}}, "timings_s": {"sensitivity": 12.0, "distortion": 3.0}}
+    path = tmp_path / "old.calibration.json"
+    path.write_text(json.dumps(old))
+    doc = {"config": key}
+    assert adopt_stages(doc, key, str(path)) == ["sensitivity", "distortion"]
+    assert doc["sensitivity"] == {"s": 1} and doc["distortion"] == [{"0.33": 0.1}] and "search" not in doc
+    assert doc["timings_s"] == {"sensitivity": 12.0, "distortion": 3.0}
+    assert doc["reused"] == {"sensitivity": "old", "distortion": "old"}
+    assert _reused_line(doc["reused"])[0] == ("Adopted with `--reuse-stages` (measured by old, same "
+                                              "configuration): sensitivity, distortion.")
+    held = {"config": key, "sensitivity": {"s": 2}}
+    assert adopt_stages(held, key, str(path)) == ["distortion"] and held["sensitivity"] == {"s": 2}
+    with pytest.raises(ReuseError, match=r"its budgets is \[0\.33\], this run's \[0\.2\]"):
+        adopt_stages({}, {**key, "budgets": [0.2]}, str(path))

@@ -49,6 +49,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="what each sensitivity probe measures: both (generation + BFCL's checker, and the "
                         "teacher-forced gold NLL) or nll (the gold NLL only: one forward per probe, no "
                         "generation; default both)")
+    p.add_argument("--reuse-stages", default=None, metavar="RECORD",
+                   help="a NAME.calibration.json of the same configuration written by other code: adopt its "
+                        "sensitivity and distortion instead of measuring them (the record and report say so)")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -56,7 +59,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from sglang_pask.calibrate.pipeline import Config, budget_path, calibrate
+    from sglang_pask.calibrate.pipeline import Config, ReuseError, budget_path, calibrate
     from sglang_pask.policy.operating_point import OperatingPointError, SegmentRule
 
     try:
@@ -69,11 +72,21 @@ def run(args: argparse.Namespace) -> int:
                      probe_n=args.probe_n, max_tokens=args.max_tokens, tool_choice=args.tool_choice,
                      main_budget=args.main_budget, segment_rule=rule, prefill_memo_mb=args.prefill_memo_mb,
                      check_n=args.check_n, signal=args.sensitivity_signal,
-                     search_passes=args.search_passes, search_objective=args.search_objective)
+                     search_passes=args.search_passes, search_objective=args.search_objective,
+                     reuse_stages=args.reuse_stages)
+        if cfg.reuse_stages:
+            from pathlib import Path
+
+            if not Path(cfg.reuse_stages).is_file():
+                raise ValueError(f"--reuse-stages {cfg.reuse_stages}: no such file")
     except ValueError as e:
         print(f"pask calibrate: {e}", file=sys.stderr)
         return 2
-    doc = calibrate(cfg)
+    try:
+        doc = calibrate(cfg)
+    except ReuseError as e:
+        print(f"pask calibrate: {e}", file=sys.stderr)
+        return 2
     for b in cfg.budgets:
         s = doc["search"][f"{b:g}"]
         best = s["rows"][s["best"]]

@@ -38,7 +38,7 @@ from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 from sglang_pask.policy.prior import even_groups
 from sglang_pask.rendering import render_chat
 
-__all__ = ["Config", "calibrate", "budget_path"]
+__all__ = ["Config", "ReuseError", "adopt_stages", "calibrate", "budget_path"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,10 @@ class Config:
     search_passes: int = 2
     #: what the search maximises (:data:`~.search.OBJECTIVES`); the held-out check always generates
     search_objective: str = "accuracy"
+    #: a calibration record (``NAME.calibration.json``) of the same configuration written by other
+    #: code, whose measured stages (sensitivity, distortion) this run adopts instead of measuring
+    #: them again; the record says so (``reused``). Not part of :meth:`record_key`.
+    reuse_stages: Optional[str] = None
 
     @property
     def point(self) -> OperatingPoint:
@@ -83,7 +87,7 @@ class Config:
         fields at their defaults are left out, so older records still match)."""
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
-                            "search_passes", "search_objective")}
+                            "search_passes", "search_objective", "reuse_stages")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -165,6 +169,34 @@ def _cached(path: Path, key: dict) -> dict:
     return {"config": key}
 
 
+class ReuseError(ValueError):
+    """``--reuse-stages`` names a record of another configuration."""
+
+
+#: the stages a record of other code can lend (:attr:`Config.reuse_stages`); the search and the
+#: check score policies with this code's methods, so they are always run here
+REUSABLE_STAGES = ("sensitivity", "distortion")
+
+
+def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
+    """Copy into ``doc`` the stages it lacks from the record at ``path``, whose configuration must
+    equal ``key`` except for the code that wrote it (ValueError naming the first field that
+    differs otherwise). Returns the stages adopted; ``doc["reused"]`` names them and their code."""
+    other = json.loads(Path(path).read_text())
+    theirs = dict(other.get("config", {}))
+    for k in sorted(set(key) | set(theirs)):
+        if k != "code" and key.get(k) != theirs.get(k):
+            raise ReuseError(f"--reuse-stages {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
+    taken = [s for s in REUSABLE_STAGES if s not in doc and s in other]
+    for s in taken:
+        doc[s] = other[s]
+        if s in other.get("timings_s", {}):
+            doc.setdefault("timings_s", {})[s] = other["timings_s"][s]
+    if taken:
+        doc.setdefault("reused", {}).update({s: theirs.get("code") for s in taken})
+    return taken
+
+
 def calibrate(cfg: Config) -> dict:
     """Run the pipeline (module docstring); returns the measurement document (also written)."""
     t0 = time.perf_counter()
@@ -175,6 +207,9 @@ def calibrate(cfg: Config) -> dict:
     key["code"] = version
     meas_path = out.with_name(f"{out.stem}.calibration.json")
     doc = _cached(meas_path, key)
+    if cfg.reuse_stages:
+        for s in adopt_stages(doc, key, cfg.reuse_stages):
+            print(f"pask calibrate: {s} adopted from {cfg.reuse_stages} ({doc['reused'][s]})", file=sys.stderr)
     save = lambda: meas_path.write_text(json.dumps(doc, indent=1) + "\n")  # noqa: E731
 
     entries = load_spec(cfg.data)

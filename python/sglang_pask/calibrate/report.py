@@ -61,6 +61,16 @@ def _engine_line(cfg: dict) -> list[str]:
             "SnapKV alike.", ""]
 
 
+def _reused_line(reused: dict) -> list[str]:
+    """Which stages were adopted from a record of other code (``--reuse-stages``), and whose."""
+    by_code: dict[str, list[str]] = {}
+    for stage, code in reused.items():
+        by_code.setdefault(code, []).append(stage)
+    return [line for code, stages in by_code.items()
+            for line in (f"Adopted with `--reuse-stages` (measured by {code}, same configuration): "
+                         f"{', '.join(stages)}.", "")]
+
+
 def write_report(doc: dict, out: Path, policies: dict) -> Path:
     """Write the markdown (and PNGs) for the measurement document ``doc`` of ``--out`` ``out``."""
     cfg, sens = doc["config"], doc["sensitivity"]
@@ -73,6 +83,7 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              f"max_tokens {cfg['max_tokens']}, tool_choice {cfg['tool_choice']}. Entries: "
              f"{sizes.get('probe')} probe (S, D) within {sizes.get('fit')} fit (family search); "
              f"{sizes.get('check')} held-out check. Code: {cfg['code']}.", "",
+             *_reused_line(doc.get("reused", {})),
              *_engine_line(cfg),
              "## Task-error sensitivity S[g][c]", "",
              f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "
