@@ -8,6 +8,8 @@
 # at Pearson 0.91 over the tiny model's 36 calib probes); the held-out check generates and is
 # scored by BFCL's checker. Resumable per stage (rerun the same command with the same code).
 #   bash bench/real_model_calibration.sh     # about an hour on 2 idle cores
+# REUSE=RECORD adopts the sensitivity and distortion stages of a record of the same configuration
+# written by other code (pask calibrate --reuse-stages; the report names that code).
 # Writes the policies ($NAME.json = b 0.33, $NAME.b0.33.json, $NAME.b0.2.json) and the report
 # under OUT's folder; SHIP=1 copies them into policies/ and the report into bench/results/.
 set -euo pipefail
@@ -22,7 +24,7 @@ mkdir -p "$(dirname "$OUT")"
 SECONDS=0
 $PASK calibrate --model "$MODEL" --data "bfcl:all:calib=$K" --groups 4 --budgets 0.33,0.2 \
   --fit-n 24 --probe-n 12 --check-n 24 --max-tokens 256 --tool-choice required \
-  --sensitivity-signal nll --search-objective nll --out "$OUT"
+  --sensitivity-signal nll --search-objective nll ${REUSE:+--reuse-stages "$REUSE"} --out "$OUT"
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "${OUT%.json}.wall.txt"
 if [[ "${SHIP:-0}" == 1 ]]; then
   dir=$(dirname "$OUT")
