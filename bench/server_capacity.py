@@ -141,27 +141,58 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
                max_running_req=max(running, default=0),
                mean_running_req=round(statistics.mean(running), 2) if running else 0,
                pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"),
+               operating_point=pask.get("operating_point"), compression=pask.get("compression"),
+               compression_time=pask.get("compression_time"),
                tree=pask.get("tree"), segments=pask.get("segments"))
     print(f"[{name}] max #running-req {res['max_running_req']}, output throughput "
           f"{res['output_throughput']:.1f} tok/s, median TPOT {res['median_tpot_ms']:.1f} ms", flush=True)
     return res
 
 
-def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, intervals=(1,)) -> dict:
-    """Full with ``slots`` tokens vs PASK@budget (continuous, each compression interval) with the
-    same KV bytes; ``ratio``: the first interval's PASK / Full, ``ratio_i<K>`` the others'."""
+def parse_points(text: str) -> list[tuple[str, list[str]]]:
+    """``--points``: comma list of ``policy`` (no schedule flags: the policy's own operating point,
+    what ``make serve POLICY=...`` runs) or ``SCHEDULE:INTERVAL`` (``--pask-schedule`` and
+    ``--pask-interval`` override it). Returns (label, flags) per point, in order."""
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        if item == "policy":
+            out.append(("policy", []))
+            continue
+        schedule, _, interval = item.partition(":")
+        if schedule not in ("prefill", "continuous") or not interval.isdigit() or int(interval) < 1:
+            raise ValueError(f"--points: {item!r} is neither 'policy' nor SCHEDULE:INTERVAL "
+                             "(prefill|continuous, interval >= 1)")
+        out.append((f"{schedule}:{interval}", ["--pask-schedule", schedule, "--pask-interval", interval]))
+    if not out:
+        raise ValueError("--points names no operating point")
+    return out
+
+
+def point_label(server: dict) -> str:
+    """What a PASK row ran: the schedule and interval the server reported in ``/server_info``
+    (``{"schedule": {"value", "source"}, ...}``) and where they came from."""
+    point = server.get("operating_point") or {}
+    if "schedule" not in point:
+        return server.get("point", "?")
+    sched, inter = point["schedule"], point["interval"]
+    return f"{sched['value']}, interval {inter['value']} ({sched['source']})"
+
+
+def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, points=None) -> dict:
+    """Full with ``slots`` tokens vs PASK@budget at each operating point (:func:`parse_points`)
+    with the same KV bytes; ``ratio``: the first point's PASK / Full, ``ratio_<k>`` the k-th's."""
+    points = points or parse_points("continuous:1")
     n_pask = pask_tokens_for(slots, budget)
     out = {"full": serve_and_bench(f"{prefix}full", model, [*MATCHED, "--max-total-tokens", str(slots)],
                                    dataset, n, conc, work), "pask_max_total_tokens": n_pask}
     full = out["full"]
-    for i, interval in enumerate(intervals):
-        name = "pask" if i == 0 else f"pask-i{interval}"
+    for i, (label, flags) in enumerate(points):
+        name = "pask" if i == 0 else f"pask-{i}"
         out[name] = serve_and_bench(
             f"{prefix}{name}", model, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", str(policy),
-                                       "--pask-budget", str(budget), "--pask-schedule", "continuous",
-                                       "--pask-interval", str(interval)], dataset, n, conc, work)
-        out[name]["interval"] = interval
-        out["ratio" if i == 0 else f"ratio_i{interval}"] = {
+                                       "--pask-budget", str(budget), *flags], dataset, n, conc, work)
+        out[name]["point"] = label
+        out["ratio" if i == 0 else f"ratio_{i}"] = {
             k: round(out[name][k] / full[k], 3) if full.get(k) else None
             for k in ("max_running_req", "mean_running_req", "output_throughput", "request_throughput",
                       "median_tpot_ms")}
@@ -192,7 +223,7 @@ def write_outputs(out_dir: str, results: dict, meta: dict, text: str) -> Path:
 
 
 def pask_rows(res: dict) -> list[str]:
-    return [k for k in res if k == "pask" or k.startswith("pask-i")]
+    return [k for k in res if k == "pask" or (k.startswith("pask-") and isinstance(res[k], dict))]
 
 
 def part_capacity(a, work: Path) -> dict:
@@ -202,7 +233,7 @@ def part_capacity(a, work: Path) -> dict:
     data = write_dataset(work / "capacity-data.jsonl", reqs, a.output_len)
     print(f"[capacity] {json.dumps(data)}", flush=True)
     res = pair(a.model, a.policy, a.budget, a.full_tokens, work / "capacity-data.jsonl", a.requests,
-               a.requests, work, "capacity-", intervals=a.intervals)
+               a.requests, work, "capacity-", points=a.points)
     return {"model": a.model, "policy": a.policy, "budget": a.budget, "full_max_total_tokens": a.full_tokens,
             "dataset": data, **res}
 
@@ -242,7 +273,8 @@ def plot(results: dict, path: Path) -> None:
                                       ("output_throughput", "output throughput (tok/s)"))):
         names = ["full", *pask_rows(cap)]
         vals = [cap[n][key] for n in names]
-        ax[i].bar(["Full"] + [f"PASK@{cap['budget']:g}\ninterval {cap[n]['interval']}" for n in names[1:]], vals,
+        ax[i].bar(["Full"] + [f"PASK@{cap['budget']:g}\n{point_label(cap[n]).split(' (')[0]}" for n in names[1:]],
+                  vals,
                   color=["#777777", "#d95f02", "#fdae6b", "#a6761d"][: len(names)])
         ax[i].set_title(f"{title}\n{cap['full_max_total_tokens']} tokens of KV, {cap['dataset']['requests']} requests")
         for x, v in enumerate(vals):
@@ -270,15 +302,25 @@ RATIOS = (("requests/s", "request_throughput"), ("output tokens/s", "output_thro
           ("max running requests", "max_running_req"), ("mean running requests", "mean_running_req"))
 
 
+def compression_share(server: dict):
+    """Seconds in compression / seconds of the decode loop, from the server's own timers
+    (``/server_info`` ``compression_time``); None when it timed no decode step."""
+    t = server.get("compression_time") or {}
+    return t["compress_s"] / t["step_s"] if t.get("step_s") else None
+
+
 def ratio_table(cap: dict) -> list[str]:
-    """Markdown lines: every PASK row of part 1 against Full, one column per compression interval,
+    """Markdown lines: every PASK row of part 1 against Full, one column per operating point,
     plus the KV bytes each server's KV cache holds (the same by construction)."""
     rows = pask_rows(cap)
-    head = "| PASK / Full | " + " | ".join(f"interval {cap[r]['interval']}" for r in rows) + " |"
+    head = "| PASK / Full | " + " | ".join(point_label(cap[r]) for r in rows) + " |"
     lines = [head, "|---|" + "---:|" * len(rows)]
     for label, key in RATIOS:
         cells = [f"{cap[r][key] / cap['full'][key]:.2f}x" if cap["full"].get(key) else "-" for r in rows]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    shares = [compression_share(cap[r]) for r in rows]
+    lines.append("| compression's share of the decode loop (not a ratio) | "
+                 + " | ".join("-" if x is None else f"{100 * x:.1f}%" for x in shares) + " |")
     kv = cap["kv_bytes"]
     lines.append(f"| KV bytes of the KV cache | {kv['pask'] / kv['full']:.2f}x ({kv['pask']:,} / {kv['full']:,})"
                  + " |" * len(rows))
@@ -300,15 +342,15 @@ def report(results: dict, meta: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name in ("full", *pask_rows(cap)):
         s = cap[name]
-        label = name if name == "full" else f"pask, interval {s['interval']}"
+        label = name if name == "full" else f"pask, {point_label(s)}"
         lines.append(f"| {label} | {s['max_running_req']} | {s['mean_running_req']} | {s['output_throughput']:.1f} | "
                      f"{s['request_throughput']:.3f} | {s['median_tpot_ms']:.1f} | {s['median_ttft_ms']:.0f} |")
     lines += ["", f"Ratios PASK / Full: max running requests **{r['max_running_req']}x** (goal >= 2.5x), output "
-              f"throughput **{r['output_throughput']}x** (goal > 1.5x), mean running {r['mean_running_req']}x "
-              f"(PASK at the server's default compression interval, {cap['pask']['interval']})."]
-    for name in pask_rows(cap)[1:]:
-        q = cap[f"ratio_i{cap[name]['interval']}"]
-        lines.append(f"At interval {cap[name]['interval']}: max running requests {q['max_running_req']}x, output "
+              f"throughput **{r['output_throughput']}x** (goal >= 1.5x), mean running {r['mean_running_req']}x "
+              f"(PASK at {point_label(cap['pask'])})."]
+    for i, name in enumerate(pask_rows(cap)[1:], 1):
+        q = cap[f"ratio_{i}"]
+        lines.append(f"At {point_label(cap[name])}: max running requests {q['max_running_req']}x, output "
                      f"throughput {q['output_throughput']}x.")
     lines += ["", *ratio_table(cap), ""]
     t = results.get("tpot")
@@ -338,8 +380,9 @@ def main(argv=None) -> int:
     p.add_argument("--contexts", default="2048,4096")
     p.add_argument("--tpot-requests", type=int, default=4)
     p.add_argument("--tpot-output-len", type=int, default=32)
-    p.add_argument("--intervals", default="1,16",
-                   help="PASK compression intervals of part 1 (the first is the headline row)")
+    p.add_argument("--points", default="policy,continuous:1",
+                   help="PASK operating points of part 1, comma list: policy (the policy's own, as make serve "
+                        "runs it) or SCHEDULE:INTERVAL (the first is the headline row; default policy,continuous:1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
     p.add_argument("--parts", default="capacity,tpot", help="capacity, tpot or both (default both)")
@@ -348,7 +391,10 @@ def main(argv=None) -> int:
     if a.quick:
         a.requests, a.contexts, a.tpot_requests, a.tpot_output_len = 16, "1024", 2, 16
     a.contexts = [int(x) for x in a.contexts.split(",")]
-    a.intervals = [int(x) for x in a.intervals.split(",")]
+    try:
+        a.points = parse_points(a.points)
+    except ValueError as e:
+        p.error(str(e))
     t0 = time.time()
     parts = [x for x in a.parts.split(",") if x]
     if "capacity" not in parts or not set(parts) <= {"capacity", "tpot"}:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_progress import pytest_fixture_setup  # noqa: F401  (a hook: progress for slow fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"

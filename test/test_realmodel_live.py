@@ -5,8 +5,6 @@ constrained tool call, also through the README's example. Skips without the fold
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 
 import pytest
 from conftest import REAL_MODEL, ROOT
@@ -73,13 +71,10 @@ def test_constrained_tool_call_is_exact(real_server):
 
 def test_readme_example_makes_the_call(real_server, tmp_path):
     """The README's real-model openai block (marked ``real-model-test``) runs as written."""
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r'^<!-- real-model-test((?: expect="[^"]*")+) -->\n```bash\n(.*?)^```', text, re.M | re.S)
-    assert m, "README.md has no <!-- real-model-test ... --> block"
-    code = m.group(2).replace("127.0.0.1:30000", f"127.0.0.1:{real_server.port}")
-    (tmp_path / "example.sh").write_text(code)
-    r = subprocess.run(["bash", "-euo", "pipefail", str(tmp_path / "example.sh")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=900)
+    from sglang_pask.testing import readme_blocks, run_readme_block
+
+    blocks = readme_blocks(ROOT / "README.md", marker="real-model-test")
+    assert len(blocks) == 1 and blocks[0].kind == "bash", "README.md needs one <!-- real-model-test ... --> block"
+    r, _, missing = run_readme_block(blocks[0], ROOT, tmp_path, real_server.port)
     assert r.returncode == 0, r.stderr[-2000:]
-    for expect in re.findall(r'expect="([^"]*)"', m.group(1)):
-        assert re.search(expect, r.stdout), (expect, r.stdout)
+    assert not missing, (missing, r.stdout)

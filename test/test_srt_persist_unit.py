@@ -184,3 +184,54 @@ def test_record_release_and_kept_log(tmp_path):
     assert {int(u): len(k) for u, k in logged[0]["kept"].items()} == {0: held[0] - 1, 1: held[1] - 1}
     rig.release(req)
     rig.assert_idle()
+
+
+def _no_fallback(*a, **k):
+    raise AssertionError("the batched compression fell back to request by request")
+
+
+@pytest.mark.parametrize("schedule", ["prefill", "continuous"])
+@pytest.mark.parametrize("method", server_methods())
+def test_batched_compression_equals_request_by_request(method, schedule, monkeypatch):
+    """``compress_batch`` (one padded selection and one free per unit for all due requests) and
+    ``compress_request`` per request, on twin rigs fed the same requests and steps (three
+    requests of different lengths, one with a tree-owned prefix, joining at different steps):
+    after every step each request holds the same positions per unit, the same slots are free,
+    the same counters count; releasing everything leaves both idle."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    config = serving_config(method, None if method == "full" else 0.33, schedule=schedule, interval=2)
+    rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]
+    prompts = [(list(range(100, 140)), "a"), (list(range(200, 223)), "b"), (list(range(300, 357)), "c")]
+    reqs = [[rig.request(ids, classes=None, rid=rid) for ids, rid in prompts] for rig in rigs]
+    counters = []
+    for k, (rig, rs) in enumerate(zip(rigs, reqs)):
+        reset_counters()
+        running = []
+        for step in range(8):
+            if step < len(rs):  # a request joins at prefill end, the others decode
+                rig.prefill(rs[step])
+                if rs[step].rid == "b":
+                    rs[step].kv.cache_protected_len = 7
+                running.append(rs[step])
+            if k == 0:
+                with monkeypatch.context() as m:  # the batched path must not fall back to this
+                    m.setattr(persist, "compress_request", _no_fallback)
+                    batch = ScheduleBatch(reqs=list(running), req_to_token_pool=rig.req_to_token_pool,
+                                          token_to_kv_pool_allocator=rig.alloc, device="cpu")
+                    compress_batch(batch, rig.alloc, config)
+            else:
+                for req in running:
+                    compress_request(req, rig.req_to_token, rig.alloc, config)
+            for req in running:
+                rig.decode(req, token=90 + step)
+        counters.append(dict(persist.COUNTERS))
+    for ra, rb in zip(*reqs):
+        for ha, hb in zip(rigs[0].held(ra), rigs[1].held(rb)):
+            assert np.array_equal(ha, hb), (ra.rid, ha.tolist(), hb.tolist())
+    assert rigs[0].alloc.unit_available_sizes() == rigs[1].alloc.unit_available_sizes()
+    assert counters[0] == counters[1] and counters[0]["errors"] == 0
+    for rig, rs in zip(rigs, reqs):
+        for req in rs:
+            rig.release(req)
+        rig.assert_idle()

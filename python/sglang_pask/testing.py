@@ -167,3 +167,59 @@ def running_server(
         yield server
     finally:
         stop(server.proc, graceful=graceful)
+
+
+#: ``<!-- MARKER expect="REGEX" ... -->`` right above a fenced bash or python block of the README
+_README_BLOCK = r'^<!-- {marker}((?: expect="[^"]*")+) -->\n```(bash|python)\n(.*?)^```'
+#: the address the README's examples talk to (``make serve``'s default)
+README_ADDRESS = "127.0.0.1:30000"
+
+
+@dataclass(frozen=True)
+class ReadmeBlock:
+    """One marked example of a markdown file: where it is (``README.md:LINE``), the regexes its
+    output must hold, its language and its code as written."""
+
+    where: str
+    expects: tuple
+    kind: str
+    code: str
+
+    @property
+    def needs_server(self) -> bool:
+        return README_ADDRESS in self.code
+
+
+def readme_blocks(path, marker: str = "readme-test") -> list[ReadmeBlock]:
+    """Every block of ``path`` marked ``<!-- MARKER expect=... -->``, in file order."""
+    import re
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    out = []
+    for m in re.finditer(_README_BLOCK.format(marker=re.escape(marker)), text, re.M | re.S):
+        line = text[: m.start()].count("\n") + 1
+        out.append(ReadmeBlock(f"{Path(path).name}:{line}", tuple(re.findall(r'expect="([^"]*)"', m.group(1))),
+                               m.group(2), m.group(3)))
+    return out
+
+
+def run_readme_block(block: ReadmeBlock, cwd, tmp, port: int | None = None,
+                     timeout: float = 900) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """Run ``block`` as written from ``cwd`` (its server address pointed at ``port``, ``runs/`` at
+    ``tmp/runs/``); returns the finished process, its wall seconds, and the expected regexes
+    missing from its output (stdout and stderr)."""
+    import re
+    from pathlib import Path
+
+    code = block.code.replace("runs/", f"{tmp}/runs/")
+    if port is not None:
+        code = code.replace(README_ADDRESS, f"127.0.0.1:{port}")
+    script = Path(tmp) / ("example.sh" if block.kind == "bash" else "example.py")
+    script.write_text(code)
+    cmd = ["bash", "-euo", "pipefail", str(script)] if block.kind == "bash" else [sys.executable, str(script)]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    seconds = time.monotonic() - t0
+    missing = [e for e in block.expects if not re.search(e, r.stdout + r.stderr)]
+    return r, seconds, missing

@@ -335,3 +335,13 @@ class KVMethod(ABC):
     @abstractmethod
     def select(self, view: CacheView) -> Selection:
         """Choose the kept positions of every layer. Must not mutate ``view``."""
+
+    def select_padded(self, batch) -> np.ndarray:
+        """bool ``[L, R, T]``: what :meth:`select` keeps for each request of ``batch``
+        (:class:`~sglang_pask.methods.padded.PaddedBatch`), every layer. This default calls
+        :meth:`select` per request; a method may override it with array operations over the whole
+        batch, which must give the same kept sets bit for bit."""
+        out = np.zeros_like(batch.held)
+        for r in range(batch.size):
+            batch.mask_of(self.select(batch.view(r)).kept, r, out)
+        return out

@@ -208,3 +208,91 @@ class Pask(KVMethod):
             for layer in layers:
                 kept[layer] = chosen.copy()
         return Selection(kept, {"method": self.name, "allocation": alloc.tolist(), **info})
+
+    # ---- many requests at once (the server's batched compression) ----
+
+    def _tiers_padded(self, batch, g: int):
+        """:meth:`_tiers` for group ``g`` of every request: (held [R, T], scores [R, T],
+        mandatory [R, T], protected [R, T]); the same float operations in the same order, so the
+        scores equal :meth:`_tiers`' bit for bit at held positions."""
+        held = batch.held[batch.groups[g][0]]
+        pos = batch.positions
+        cls = batch.classes
+        rank = self.ranks[g][cls]
+        last = np.where(held, pos, -1).max(axis=1, initial=-1)  # held[-1] per request
+        rec = pos / (last[:, None] + 1.0)
+        sink = pos < self.sinks  # start = 0: whole sequences
+        window = pos >= (batch.seq_lens - self.window)[:, None]
+        anchor = sink | window | (pos >= batch.tail_start[:, None])
+        protected = np.zeros_like(held)
+        for c in np.flatnonzero(self.floors[g] > 0.0):
+            of_c = held & (cls == c)
+            count = of_c.sum(axis=1)
+            if not count.any():
+                continue
+            need = np.ceil(self.floors[g, c] * count - 1e-9).astype(np.int64) - (of_c & anchor).sum(axis=1)
+            cand = of_c & ~anchor
+            from_end = np.cumsum(cand[:, ::-1], axis=1)[:, ::-1]  # candidates at or after t
+            protected |= cand & (from_end <= need[:, None])
+        score = RESIDUAL + (C - 1 - rank) + rec
+        score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
+        score = np.where(window, WINDOW + rec, score)
+        score = np.where(sink, SINK + rec, score)
+        return held, score, held & (anchor | protected), protected
+
+    def select_padded(self, batch) -> np.ndarray:
+        """:meth:`select` for every request of ``batch`` (:class:`~.padded.PaddedBatch`) with
+        array operations over the batch; per request only the O(groups) budget arithmetic of
+        :meth:`_plan` runs in Python. Equal to :meth:`select` request by request."""
+        from sglang_pask.methods.padded import top_n_mask
+
+        L, G = batch.num_layers, len(batch.groups)
+        if [list(g) for g in batch.groups] != self.policy.groups or L != self.policy.model.num_layers:
+            raise ValueError(f"pask: the batch's {L} layers in groups {[list(g) for g in batch.groups]} do "
+                             f"not match the policy's {self.policy.model.num_layers} in {self.policy.groups}")
+        for layers in batch.groups:
+            for layer in layers[1:]:
+                if not np.array_equal(batch.held[layer], batch.held[layers[0]]):
+                    raise ValueError(f"pask keeps one set per group, but layers {layers[0]} and {layer} "
+                                     "hold different positions")
+        tail = batch.protected_tail
+        size = np.array([len(g) for g in batch.groups], dtype=np.int64)
+        tiers = [self._tiers_padded(batch, g) for g in range(G)]
+        gheld = np.stack([t[0].sum(axis=1) for t in tiers])  # [G, R]
+        demand = np.stack([t[2].sum(axis=1) for t in tiers])  # [G, R]
+        total = np.floor(self.budget * L * batch.seq_lens + 1e-9).astype(np.int64)  # budget_slots
+        keep = np.empty((G, batch.size), dtype=np.int64)
+        mand = np.empty((G, batch.size), dtype=np.int64)
+        flat = np.zeros(batch.size, dtype=bool)  # the early return of _plan: no scores
+        order = np.lexsort((np.arange(G), -self.shares))
+        for r in range(batch.size):  # O(G) arithmetic per request, as _plan
+            if self.budget >= 1.0 or L * tail >= total[r]:
+                flat[r] = True
+                keep[:, r] = gheld[:, r] if self.budget >= 1.0 else tail
+                continue
+            m = np.maximum(tail, np.minimum(demand[:, r], total[r] // L))
+            rest = int(total[r]) - int((size * m).sum())
+            room = gheld[:, r] - m
+            per_layer = split_slots(rest, self.shares, room * size) // size
+            left = rest - int((size * per_layer).sum())
+            for g in order:
+                extra = min(left // size[g], room[g] - per_layer[g])
+                per_layer[g] += extra
+                left -= extra * size[g]
+            mand[:, r], keep[:, r] = m, m + per_layer
+        out = np.zeros_like(batch.held)
+        pos = batch.positions
+        for g, (held, score, mandatory, protected) in enumerate(tiers):
+            if self.span_delimiters and protected.any():
+                granted = top_n_mask(held, np.where(mandatory, score, -np.inf), mand[g], batch.tail_start) & protected
+                granted &= ~flat[:, None]
+                near = np.zeros_like(granted)
+                near[:, 1:] |= granted[:, :-1]  # position + 1 of a granted one
+                near[:, :-1] |= granted[:, 1:]  # position - 1
+                delim = held & near & np.isin(batch.classes, DELIMITERS) & ~mandatory
+                last = np.where(held, pos, -1).max(axis=1, initial=-1)
+                score = np.where(delim, DELIMITER + pos / (last[:, None] + 1.0), score)
+            score = np.where(flat[:, None], 0.0, score)
+            chosen = top_n_mask(held, score, keep[g], batch.tail_start)
+            out[list(batch.groups[g])] = chosen[None]
+        return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import deque
 
 import numpy as np
@@ -36,6 +37,16 @@ logger = logging.getLogger("sglang_pask")
 
 PROTECTED_TAIL = 1
 COUNTERS = {"compressions": 0, "requests_compressed": 0, "errors": 0}
+#: the decode loop's wall time and compression's part of it (``/server_info``: ``compression_time``):
+#: ``decode_steps`` timed, ``step_s`` their summed period (from one decode step's eviction point to
+#: the next; gaps over :data:`IDLE_GAP_S` are idle time, not counted), ``compress_s`` inside
+#: :func:`compress_batch`
+TIMES = {"decode_steps": 0, "step_s": 0.0, "compress_s": 0.0}
+IDLE_GAP_S = 5.0
+_LAST_STEP = [None]
+#: ``SGLANG_PASK_BATCHED_COMPRESSION=0``: compress request by request (the reference path; what
+#: the batched one is measured against)
+BATCHED = os.environ.get("SGLANG_PASK_BATCHED_COMPRESSION", "1") != "0"
 #: the last released requests (newest last): what each held per unit when its KV was freed
 RELEASED: "deque[dict]" = deque(maxlen=256)
 
@@ -114,20 +125,108 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
 def compress_batch(batch, allocator, config) -> None:
     """Every request of a decode batch (errors are logged and counted; serving goes on).
 
+    Without a shared segment the due requests are selected together (:func:`compress_padded`:
+    one pool read, one padded selection, one free per unit); should that fail, each request is
+    retried alone so that only a failing one keeps its Full KV. In segment mode each request is
+    compressed alone (:func:`compress_request`).
+
     When drops freed unit slots, ``batch.batch_is_full`` is cleared: SGLang sets it when a waiting
     request did not fit and clears it only when a request leaves the running batch (or, for its
     hybrid SWA pools, every step), so without this the slots freed by compression would never
     admit anyone until some request finished."""
+    t0 = time.perf_counter()
+    last, _LAST_STEP[0] = _LAST_STEP[0], t0
+    if last is not None and t0 - last < IDLE_GAP_S:
+        TIMES["decode_steps"] += 1
+        TIMES["step_s"] += t0 - last
+    try:
+        _compress_batch(batch, allocator, config)
+    finally:
+        TIMES["compress_s"] += time.perf_counter() - t0
+
+
+def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
-    freed = 0
-    for req in batch.reqs:
+    freed = None
+    if BATCHED and not config.rule.active:
         try:
-            freed += compress_request(req, req_to_token, allocator, config)
+            freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:
-            COUNTERS["errors"] += 1
-            logger.exception("sglang_pask: compression failed for %s (kept Full KV): %r", req.rid, e)
+            logger.warning("sglang_pask: batched compression failed (%r); compressing request by request", e)
+    if freed is None:
+        freed = 0
+        for req in batch.reqs:
+            try:
+                freed += compress_request(req, req_to_token, allocator, config)
+            except Exception as e:
+                COUNTERS["errors"] += 1
+                logger.exception("sglang_pask: compression failed for %s (kept Full KV): %r", req.rid, e)
     if freed:
         batch.batch_is_full = False
+
+
+def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
+    """:func:`compress_request` for every request of ``reqs`` at once (whole sequences, no shared
+    segment): the same due rule and the same kept sets (:meth:`~sglang_pask.methods.base.KVMethod.select_padded`
+    equals ``select`` per request), with one gather of the pools for all requests and one
+    ``drop`` per unit. Python per request: the O(1) due check and its tags. Returns the unit slots
+    freed. Shapes: ``R`` candidate requests, ``T`` their longest ``seq_len``, ``U`` units."""
+    method, units, L = config.method, config.units, config.num_layers
+    cand = []
+    for req in reqs:
+        seq_len, row = int(req.kv.kv_committed_len), req.kv.req_pool_idx
+        if seq_len > PROTECTED_TAIL and row is not None and method.checks_at(int(req.decode_batch_idx)):
+            cand.append(req)
+    if not cand:
+        return 0
+    lens = np.array([int(r.kv.kv_committed_len) for r in cand], dtype=np.int64)
+    rows = torch.tensor([int(r.kv.req_pool_idx) for r in cand], dtype=torch.long)
+    T = int(lens.max())
+    ids = req_to_token[rows, :T].long()  # [R, T]; past a request's seq_len: stale, masked below
+    pos = np.arange(T, dtype=np.int64)[None, :]
+    held = (allocator.pool.mapping[:, ids] > 0).cpu().numpy() & (pos < lens[:, None])[None]  # [U, R, T]
+    width = np.array([len(u) for u in units], dtype=np.int64)
+    slots = (held.sum(axis=2) * width[:, None]).sum(axis=0)  # [R]
+    due = np.array([method.due(int(r.decode_batch_idx), int(n), int(t), L)
+                    for r, n, t in zip(cand, slots, lens)], dtype=bool)
+    if not due.any():
+        return 0
+    idx = np.flatnonzero(due)
+    reqs_due = [cand[i] for i in idx]
+    lens, held, ids = lens[idx], held[:, idx], ids[torch.from_numpy(idx)]
+    T = int(lens.max())
+    held, ids, pos = held[:, :, :T], ids[:, :T], pos[:, :T]
+    classes = np.zeros((len(idx), T), dtype=np.int64)
+    prompt_lens = np.empty(len(idx), dtype=np.int64)
+    for i, req in enumerate(reqs_due):
+        tags = tags_of(req)
+        classes[i, : lens[i]] = tags.classes(req, int(lens[i]))
+        prompt_lens[i] = tags.prompt_len
+    unit_of = np.empty(L, dtype=np.int64)
+    for u, layers in enumerate(units):
+        unit_of[list(layers)] = u
+    from sglang_pask.methods.padded import PaddedBatch
+
+    view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL)
+    kept = method.select_padded(view)  # [L, R, T]
+    lo = np.array([int(r.kv.cache_protected_len) for r in reqs_due], dtype=np.int64)
+    freed = 0
+    for u, layers in enumerate(units):
+        k = kept[layers[0]]
+        for layer in layers[1:]:
+            if not np.array_equal(kept[layer], k):
+                raise RuntimeError(f"{method.name} kept different sets within unit {list(layers)}")
+        drop = held[u] & ~k & (pos >= lo[:, None])
+        if drop.any():
+            freed += allocator.drop(u, ids[torch.from_numpy(drop)])
+    COUNTERS["compressions"] += len(reqs_due)
+    COUNTERS["requests_compressed"] += sum(int(r.decode_batch_idx) == 0 for r in reqs_due)
+    if config.kept_log:
+        for i, req in enumerate(reqs_due):
+            _log(config.kept_log, {"rid": req.rid, "step": int(req.decode_batch_idx), "seq_len": int(lens[i]),
+                                   "kept": {str(u): np.flatnonzero(kept[layers[0], i]).tolist()
+                                            for u, layers in enumerate(units)}})
+    return freed
 
 
 def _log(folder: str, record: dict) -> None:

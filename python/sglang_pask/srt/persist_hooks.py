@@ -144,6 +144,7 @@ def pask_state(scheduler) -> dict:
            "segment_prefill": config.rule.segment_prefill if config and config.rule.active else None,
            "operating_point": config.resolved.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
+           "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
            "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()

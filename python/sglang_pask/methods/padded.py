@@ -1,0 +1,92 @@
+"""Many requests' cache views at once, as padded arrays: what the server's batched compression
+hands a method (:meth:`~sglang_pask.methods.base.KVMethod.select_padded`).
+
+Shapes (``R`` requests, ``T = max(seq_lens)``, ``L`` layers): ``seq_lens`` int64 ``[R]``;
+``prompt_lens`` int64 ``[R]``; ``classes`` int64 ``[R, T]`` (entries at ``t >= seq_lens[r]`` are
+padding, value irrelevant); ``held`` bool ``[L, R, T]`` (False at padding). Request ``r`` is exactly
+the :class:`~sglang_pask.methods.base.CacheView` :meth:`PaddedBatch.view` builds (whole sequences:
+``start = 0``, no attention statistics, no per-head masks), and a method's padded selection must
+equal its :meth:`~sglang_pask.methods.base.KVMethod.select` on those views, bit for bit
+(``test_methods_padded.py`` checks every registered method).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from sglang_pask.methods.base import CacheView
+
+__all__ = ["PaddedBatch", "top_n_mask"]
+
+
+@dataclass
+class PaddedBatch:
+    num_layers: int
+    groups: Sequence[Sequence[int]]
+    seq_lens: np.ndarray
+    classes: np.ndarray
+    held: np.ndarray
+    prompt_lens: np.ndarray
+    protected_tail: int = 1
+
+    def __post_init__(self):
+        self.seq_lens = np.asarray(self.seq_lens, dtype=np.int64)
+        self.prompt_lens = np.asarray(self.prompt_lens, dtype=np.int64)
+        self.classes = np.asarray(self.classes, dtype=np.int64)
+        self.held = np.asarray(self.held, dtype=bool)
+        R = self.seq_lens.size
+        T = int(self.seq_lens.max()) if R else 0
+        if self.held.shape != (self.num_layers, R, T) or self.classes.shape != (R, T):
+            raise ValueError(f"held {self.held.shape} / classes {self.classes.shape} do not match "
+                             f"[{self.num_layers}, {R}, {T}] / [{R}, {T}]")
+        if (self.held & ~self.valid[None]).any():
+            raise ValueError("held marks a position at or past its request's seq_len")
+
+    @property
+    def size(self) -> int:
+        return int(self.seq_lens.size)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """int64 ``[1, T]``: the position of each column."""
+        return np.arange(self.classes.shape[1], dtype=np.int64)[None, :]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """bool ``[R, T]``: column ``t`` is inside request ``r``'s sequence."""
+        return self.positions < self.seq_lens[:, None]
+
+    @property
+    def tail_start(self) -> np.ndarray:
+        """int64 ``[R]``: the first position of each request's current step."""
+        return self.seq_lens - self.protected_tail
+
+    def view(self, r: int):
+        """Request ``r`` as a :class:`~sglang_pask.methods.base.CacheView` (the reference)."""
+        n = int(self.seq_lens[r])
+        return CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=n,
+                         classes=self.classes[r, :n], retained=[np.flatnonzero(h[r, :n]) for h in self.held],
+                         protected_tail=self.protected_tail, prompt_len=int(self.prompt_lens[r]))
+
+    def mask_of(self, kept: Sequence[np.ndarray], r: int, out: np.ndarray) -> None:
+        """Write one request's per-layer kept positions into ``out[:, r]`` (``out``: bool ``[L, R, T]``)."""
+        for layer, k in enumerate(kept):
+            out[layer, r, np.asarray(k, dtype=np.int64)] = True
+
+
+def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: np.ndarray) -> np.ndarray:
+    """bool ``[R, T]``: per row what :func:`~sglang_pask.methods.scorer.top_n` keeps -- every held
+    position ``>= tail_start[r]``, then the best-scored held others, ``n[r]`` in all (all held when
+    ``n[r]`` reaches the held count); ties go to the more recent position. ``held`` bool ``[R, T]``,
+    ``scores`` float ``[R, T]`` (ignored where not held), ``n`` / ``tail_start`` int ``[R]``."""
+    R, T = held.shape
+    pos = np.broadcast_to(np.arange(T, dtype=np.int64)[None, :], (R, T))
+    s = np.where(pos >= np.asarray(tail_start)[:, None], np.inf, np.asarray(scores, dtype=np.float64))
+    # primary: held first; then score desc; then position desc (top_n's order among the held)
+    order = np.lexsort((-pos, -s, ~held), axis=-1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(T)[None, :], (R, T)), axis=-1)
+    return held & (rank < np.asarray(n, dtype=np.int64)[:, None])

@@ -1,0 +1,80 @@
+"""Every registered method that needs no attention statistics (the ones the server runs), over
+random padded batches of requests: ``select_padded`` (PASK's array path, the others' default
+loop) keeps exactly what ``select`` keeps request by request -- random policies with floors
+(span delimiters on and off), random groups, budgets from 1e-3 to 1.0, prefill-end and later
+views, tails of 1-3 positions, requests of different lengths in one batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sglang_pask.methods import METHODS, make_method
+from sglang_pask.methods.padded import PaddedBatch, top_n_mask
+from sglang_pask.methods.scorer import top_n
+from sglang_pask.methods.testing import NUM_CLASSES, consecutive_groups, random_policy
+
+SERVED = sorted(n for n, cls in METHODS.items() if cls.needs_attention is None)
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def random_batch(seed: int, per_group: bool) -> PaddedBatch:
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(1, 6))
+    groups = consecutive_groups(rng, L)
+    R = int(rng.integers(1, 7))
+    tail = int(rng.integers(1, 4))
+    lens = rng.integers(tail, 80, size=R)
+    T = int(lens.max())
+    classes = rng.integers(0, NUM_CLASSES, size=(R, T))
+    held = np.zeros((L, R, T), dtype=bool)
+    for r, n in enumerate(lens):
+        dens = 1.0 if rng.random() < 0.3 else rng.uniform(0.05, 1.0)  # prefill end, or later
+        units = groups if per_group else [[layer] for layer in range(L)]
+        for u in units:
+            keep = np.concatenate([rng.random(n - tail) < dens, np.ones(tail, dtype=bool)])
+            held[u, r, :n] = keep
+    return PaddedBatch(L, groups, lens, classes, held, rng.integers(0, lens + 1), protected_tail=tail)
+
+
+@pytest.mark.parametrize("name", SERVED)
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1), budget=st.sampled_from([1e-3, 0.05, 0.2, 0.33, 0.5, 1.0]),
+       delimiters=st.booleans())
+def test_padded_selection_equals_select_per_request(name, seed, budget, delimiters):
+    method_cls = METHODS[name]
+    batch = random_batch(seed, per_group=method_cls.per_group)
+    if name == "full":
+        method = make_method("full", 1.0)
+    elif name == "pask":
+        method = make_method("pask", budget, policy=random_policy(seed, batch.groups, budget,
+                                                                   floor_values=(0.25, 0.5, 1.0)),
+                             span_delimiters=delimiters)
+    else:
+        method = make_method(name, budget)
+    got = method.select_padded(batch)
+    assert got.shape == batch.held.shape and not (got & ~batch.held).any()
+    for r in range(batch.size):
+        kept = method.select(batch.view(r)).kept
+        for layer, k in enumerate(kept):
+            assert np.array_equal(np.flatnonzero(got[layer, r]), k), (name, r, layer)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_top_n_mask_equals_top_n_row_by_row(seed):
+    """Ties included: scores drawn from a few values, -inf among them."""
+    rng = np.random.default_rng(seed)
+    R, T = int(rng.integers(1, 6)), int(rng.integers(1, 50))
+    held = rng.random((R, T)) < rng.uniform(0.1, 1.0)
+    scores = rng.choice([-np.inf, 0.0, 1.0, 2.5], size=(R, T))
+    tail = rng.integers(0, T + 1, size=R)
+    n = rng.integers(0, T + 2, size=R)
+    got = top_n_mask(held, scores, n, tail)
+    for r in range(R):
+        h = np.flatnonzero(held[r])
+        # top_n's contract: the tail is held, n >= its size
+        if (h >= tail[r]).sum() != T - tail[r] or n[r] < T - tail[r]:
+            continue
+        assert np.array_equal(np.flatnonzero(got[r]), top_n(h, scores[r, h], int(n[r]), int(tail[r])))
