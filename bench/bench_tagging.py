@@ -111,7 +111,7 @@ def main() -> None:
         tags = tagger.tag(request)
         times.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
-        text = tagger._render(msgs, tools)
+        text = tagger._render(msgs, tools, {})
         render.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
         tok(text, add_special_tokens=False, return_offsets_mapping=True)

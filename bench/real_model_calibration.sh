@@ -31,4 +31,6 @@ if [[ "${SHIP:-0}" == 1 ]]; then
   cp "$OUT" "$dir/$NAME".b0.33.json "$dir/$NAME".b0.2.json policies/
   mkdir -p "bench/results/$NAME-calibration"
   cp "$dir/$NAME".calibration.{md,json} "$dir/$NAME".{S,D}.png "${OUT%.json}.wall.txt" "bench/results/$NAME-calibration/"
+  printf 'command: %s\ncode: %s\n' "${REUSE:+REUSE=$REUSE }SHIP=1 bash bench/real_model_calibration.sh" \
+    "$(git rev-parse HEAD)" > "bench/results/$NAME-calibration/meta.txt"
 fi
