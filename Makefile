@@ -53,7 +53,7 @@ serve: install
 test: install
 	$(PY) -m pytest test $(PYTEST_ARGS)
 
-# The developer's loop: every test that starts no server (2.5 min on 2 cores).
+# The developer's loop: every test that starts no server (2.9 min on 2 cores).
 test-fast: install
 	$(PY) -m pytest test -m "not server" $(PYTEST_ARGS)
 
