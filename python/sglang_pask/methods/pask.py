@@ -168,16 +168,7 @@ class Pask(KVMethod):
         gheld = np.array([held[g[0]] for g in view.groups], dtype=np.int64)
         tiers = [self._tiers(view, g) for g in range(G)]
         demand = np.array([int(t[1].sum()) for t in tiers], dtype=np.int64)
-        mand = np.maximum(tail, np.minimum(demand, total // view.num_layers))
-        rest = total - int((size * mand).sum())
-        room = gheld - mand
-        per_layer = split_slots(rest, self.shares, room * size) // size
-        left = rest - int((size * per_layer).sum())
-        for g in np.lexsort((np.arange(G), -self.shares)):  # whole units that still fit
-            extra = min(left // size[g], room[g] - per_layer[g])
-            per_layer[g] += extra
-            left -= extra * size[g]
-        keep = mand + per_layer
+        mand, keep, per_layer = self._split(total, view.num_layers, tail, size, gheld, demand)
         alloc = np.empty(view.num_layers, dtype=np.int64)
         for g, layers in enumerate(view.groups):
             alloc[list(layers)] = keep[g]
@@ -193,6 +184,22 @@ class Pask(KVMethod):
             scores.append(score)
         info = {"demand": demand.tolist(), "mandatory": mand.tolist(), "residual": per_layer.tolist()}
         return alloc, scores, info
+
+    def _split(self, total: int, num_layers: int, tail: int, size: np.ndarray, gheld: np.ndarray,
+               demand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Steps 3-4 of the module docstring for one request: per group (int64 ``[G]``) the
+        mandatory count, the kept count and the residual per layer, from the total budget
+        ``total``, the groups' sizes, what each holds and its mandatory demand."""
+        mand = np.maximum(tail, np.minimum(demand, total // num_layers))
+        rest = total - int((size * mand).sum())
+        room = gheld - mand
+        per_layer = split_slots(rest, self.shares, room * size) // size
+        left = rest - int((size * per_layer).sum())
+        for g in np.lexsort((np.arange(len(size)), -self.shares)):  # whole units that still fit
+            extra = min(left // size[g], room[g] - per_layer[g])
+            per_layer[g] += extra
+            left -= extra * size[g]
+        return mand, mand + per_layer, per_layer
 
     def allocation(self, view: CacheView) -> np.ndarray:
         return self._plan(view)[0]
@@ -213,7 +220,7 @@ class Pask(KVMethod):
 
     def _tiers_padded(self, batch, g: int):
         """:meth:`_tiers` for group ``g`` of every request: (held [R, T], scores [R, T],
-        mandatory [R, T], protected [R, T]); the same float operations in the same order, so the
+        mandatory [R, T], protected [R, T], recency [R, T]); the same float operations in the same order, so the
         scores equal :meth:`_tiers`' bit for bit at held positions."""
         held = batch.held[batch.groups[g][0]]
         pos = batch.positions
@@ -238,7 +245,7 @@ class Pask(KVMethod):
         score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
         score = np.where(window, WINDOW + rec, score)
         score = np.where(sink, SINK + rec, score)
-        return held, score, held & (anchor | protected), protected
+        return held, score, held & (anchor | protected), protected, rec
 
     def select_padded(self, batch) -> np.ndarray:
         """:meth:`select` for every request of ``batch`` (:class:`~.padded.PaddedBatch`) with
@@ -262,27 +269,16 @@ class Pask(KVMethod):
         demand = np.stack([t[2].sum(axis=1) for t in tiers])  # [G, R]
         total = np.floor(self.budget * L * batch.seq_lens + 1e-9).astype(np.int64)  # budget_slots
         keep = np.empty((G, batch.size), dtype=np.int64)
-        mand = np.empty((G, batch.size), dtype=np.int64)
+        mand = np.zeros((G, batch.size), dtype=np.int64)
         flat = np.zeros(batch.size, dtype=bool)  # the early return of _plan: no scores
-        order = np.lexsort((np.arange(G), -self.shares))
         for r in range(batch.size):  # O(G) arithmetic per request, as _plan
             if self.budget >= 1.0 or L * tail >= total[r]:
                 flat[r] = True
                 keep[:, r] = gheld[:, r] if self.budget >= 1.0 else tail
                 continue
-            m = np.maximum(tail, np.minimum(demand[:, r], total[r] // L))
-            rest = int(total[r]) - int((size * m).sum())
-            room = gheld[:, r] - m
-            per_layer = split_slots(rest, self.shares, room * size) // size
-            left = rest - int((size * per_layer).sum())
-            for g in order:
-                extra = min(left // size[g], room[g] - per_layer[g])
-                per_layer[g] += extra
-                left -= extra * size[g]
-            mand[:, r], keep[:, r] = m, m + per_layer
+            mand[:, r], keep[:, r], _ = self._split(int(total[r]), L, tail, size, gheld[:, r], demand[:, r])
         out = np.zeros_like(batch.held)
-        pos = batch.positions
-        for g, (held, score, mandatory, protected) in enumerate(tiers):
+        for g, (held, score, mandatory, protected, rec) in enumerate(tiers):
             if self.span_delimiters and protected.any():
                 granted = top_n_mask(held, np.where(mandatory, score, -np.inf), mand[g], batch.tail_start) & protected
                 granted &= ~flat[:, None]
@@ -290,8 +286,7 @@ class Pask(KVMethod):
                 near[:, 1:] |= granted[:, :-1]  # position + 1 of a granted one
                 near[:, :-1] |= granted[:, 1:]  # position - 1
                 delim = held & near & np.isin(batch.classes, DELIMITERS) & ~mandatory
-                last = np.where(held, pos, -1).max(axis=1, initial=-1)
-                score = np.where(delim, DELIMITER + pos / (last[:, None] + 1.0), score)
+                score = np.where(delim, DELIMITER + rec, score)
             score = np.where(flat[:, None], 0.0, score)
             chosen = top_n_mask(held, score, keep[g], batch.tail_start)
             out[list(batch.groups[g])] = chosen[None]

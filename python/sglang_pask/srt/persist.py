@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from sglang_pask.methods.base import CacheView
+from sglang_pask.methods.padded import PaddedBatch
 from sglang_pask.srt.request_tags import tags_of
 
 logger = logging.getLogger("sglang_pask")
@@ -205,8 +206,6 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
     unit_of = np.empty(L, dtype=np.int64)
     for u, layers in enumerate(units):
         unit_of[list(layers)] = u
-    from sglang_pask.methods.padded import PaddedBatch
-
     view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL)
     kept = method.select_padded(view)  # [L, R, T]
     lo = np.array([int(r.kv.cache_protected_len) for r in reqs_due], dtype=np.int64)
