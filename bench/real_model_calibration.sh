@@ -3,10 +3,13 @@
 # bfcl:all:calib=25 -- BFCL's 8 AST categories outside the eval=25 subset the tables score, disjoint
 # by id (real BFCL prompts and tools, as the eval; the synthetic bfcl_like profile was not used
 # because its schemas are ours). Layer groups: 4 of 6 layers (not searched on this model).
-# Made cheap enough for 2 CPU cores: the sensitivity probes and the family search rank by the gold
-# call's teacher-forced NLL (one forward per probe/member and entry, no generation; the two agree
-# at Pearson 0.91 over the tiny model's 36 calib probes); the held-out check generates and is
-# scored by BFCL's checker. Resumable per stage (rerun the same command with the same code).
+# Made cheap enough for 2 CPU cores: the sensitivity probes rank by the gold call's teacher-forced
+# NLL (one forward per probe and entry, no generation; NLL and failure agree at Pearson 0.91 over
+# the tiny model's 36 calib probes) and the family search by the mean KL from Full KV's next-token
+# distributions along the gold call (OBJECTIVE=kl, the default; OBJECTIVE=nll is what the first
+# shipped policy used, and it chose a member that loses argument names: calibrate/search.py says
+# why); the held-out check generates and is scored by BFCL's checker. Resumable per stage (rerun
+# the same command with the same code).
 #   bash bench/real_model_calibration.sh     # about an hour on 2 idle cores
 # REUSE=RECORD adopts the sensitivity and distortion stages of a record of the same configuration
 # written by other code (pask calibrate --reuse-stages; the report names that code).
@@ -24,7 +27,7 @@ mkdir -p "$(dirname "$OUT")"
 SECONDS=0
 $PASK calibrate --model "$MODEL" --data "bfcl:all:calib=$K" --groups 4 --budgets 0.33,0.2 \
   --fit-n 24 --probe-n 12 --check-n 24 --max-tokens 256 --tool-choice required \
-  --sensitivity-signal nll --search-objective nll ${REUSE:+--reuse-stages "$REUSE"} --out "$OUT"
+  --sensitivity-signal nll --search-objective "${OBJECTIVE:-kl}" ${REUSE:+--reuse-stages "$REUSE"} --out "$OUT"
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "${OUT%.json}.wall.txt"
 if [[ "${SHIP:-0}" == 1 ]]; then
   dir=$(dirname "$OUT")

@@ -248,7 +248,7 @@ def test_nll_signal_and_objective_end_to_end(runs, tmp_path):
     assert "failure rate -," in md and "| - / " in md
     for bad, match in (({"signal": "fail"}, "--sensitivity-signal must be one of both, nll"),
                        ({"search_passes": 0}, "--search-passes must be >= 1"),
-                       ({"search_objective": "loss"}, "--search-objective must be one of accuracy, nll")):
+                       ({"search_objective": "loss"}, "--search-objective must be one of accuracy, nll, kl")):
         with pytest.raises(ValueError, match=match):
             Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", **bad)
     key = Config(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json").record_key()
@@ -329,3 +329,61 @@ def test_reuse_stages_adopts_only_a_matching_record(tmp_path):
     assert adopt_stages(held, key, str(path)) == ["distortion"] and held["sensitivity"] == {"s": 2}
     with pytest.raises(ReuseError, match=r"its budgets is \[0\.33\], this run's \[0\.2\]"):
         adopt_stages({}, {**key, "budgets": [0.2]}, str(path))
+    # fields only the search reads do not change what the stages measured
+    other = {**key, "search_objective": "kl", "search_passes": 1, "check_n": 24}
+    assert adopt_stages({"config": other}, other, str(path)) == ["sensitivity", "distortion"]
+
+
+def test_kl_objective_is_zero_for_full_and_ranks_members_by_it():
+    """``gold_kl``: 0 (to rounding) for a method that drops nothing, positive when it drops; the
+    ``kl`` search stores each member's mean KL, the baseline's, and picks the lowest; the CLI
+    spells the same objectives as the search."""
+    import sglang_pask
+    from sglang_pask.calibrate import commands
+    from sglang_pask.calibrate.family import compile_policy
+    from sglang_pask.calibrate.search import OBJECTIVES, search_budget
+    from sglang_pask.eval.api import gold_kl, gold_nll
+    from sglang_pask.eval.data import load_spec
+    from sglang_pask.eval.harness import Settings
+    from sglang_pask.policy.binding import ModelBinding
+
+    assert commands.OBJECTIVES == OBJECTIVES
+    runner = sglang_pask.load_runner(str(FC))
+    entries = load_spec(DATA)[:2]
+    st = Settings(max_tokens=8, tool_choice="required")
+    ref = gold_nll(runner, "full", entries[0], settings=st, logprobs=True)
+    assert ref.logprobs.shape[0] == ref.tokens
+    assert gold_kl(runner, "streaming", entries[0], ref, budget=1.0, settings=st) < 1e-6
+    assert gold_kl(runner, "streaming", entries[0], ref, budget=0.2, settings=st) > 1e-3
+    with pytest.raises(ValueError, match="reference with log-distributions"):
+        gold_kl(runner, "streaming", entries[0], gold_nll(runner, "full", entries[0], settings=st), budget=0.2,
+                settings=st)
+    binding = ModelBinding.from_model(str(FC))
+    score = [{"TOOL_NAME": 1.0, "PARAM_NAME": 0.5}, {"TOOL_NAME": 0.5, "PARAM_NAME": 1.0}]
+    refs: dict = {}
+    dist = [{"0.33": 0.1}, {"0.33": 0.2}]
+    res = search_budget(runner, lambda m: compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0),
+                        entries, 0.33, st, 0, axes={"window_frac": (0.25, 0.75)}, objective="kl", references=refs)
+    assert res["objective"] == "kl" and set(refs) == {e.id for e in entries} and res["baseline"] > 0
+    assert len(res["rows"]) == 2 and all(r["kl"] >= 0 for r in res["rows"])
+    assert res["rows"][res["best"]]["kl"] == min(r["kl"] for r in res["rows"])
+
+
+def test_pinned_classes_are_floored_in_every_group():
+    """A member's ``pin`` floors its classes at 1 in every group, on top of the top-k of each
+    group's order; an unknown pin is refused naming the choices; an unpinned label is unchanged."""
+    from sglang_pask.calibrate.family import PINS, START, Member, compile_policy
+    from sglang_pask.policy.binding import ModelBinding
+
+    binding = ModelBinding.from_model(str(FC))
+    score = [{"TOOL_NAME": 1.0, "PARAM_NAME": 0.0}, {"TOOL_NAME": 0.0, "PARAM_NAME": 1.0}]
+    member = Member(window_frac=0.25, top_k=1, alpha=0.0, pin="names")
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, [{"0.33": 0.1}, {"0.33": 0.2}], 0.33, member, 200.0)
+    for fl in pol.floor:
+        assert {c for c, v in fl.items() if v == 1.0} == set(PINS["names"])
+    none = compile_policy(binding, [[0, 1], [2, 3]], score, [{"0.33": 0.1}, {"0.33": 0.2}], 0.33,
+                          Member(window_frac=0.25, top_k=1, alpha=0.0), 200.0)
+    assert [{c for c, v in fl.items() if v == 1.0} for fl in none.floor] == [{"TOOL_NAME"}, {"PARAM_NAME"}]
+    assert member.label.endswith(" pin=names") and "pin" not in START.label
+    with pytest.raises(ValueError, match="pin must be one of"):
+        Member(window_frac=0.25, top_k=0, alpha=0.0, pin="everything")

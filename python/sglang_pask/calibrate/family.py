@@ -18,7 +18,12 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
   (calib: D is highest in group 0, yet moving the residual to group 1 is what raises accuracy at
   b = 0.2), so the depth tilt is searched on task accuracy like the other members;
 * ``sinks`` (searched), ``recent_window = round(window_frac * b * P)``, ``P`` the mean calibration
-  prompt length.
+  prompt length;
+* ``pin``: classes floored at 1 in *every* group whatever their measured score (:data:`PINS`). The
+  single-group probes measure nearly nothing for a tool or parameter name in a group whose
+  neighbours still hold it (on the real model the names scored ~0 in groups 0-1), so no order built
+  from S floors them there; dropping them from three groups at once is what made the real model
+  call ``get_weather {}``. Pinning is a searched member like the others, never forced.
 
 :data:`AXES` are the values the coordinate search (:mod:`.search`) tries for each field, from
 :data:`START`.
@@ -35,7 +40,7 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "START", "sensitivity_score", "class_order", "residual_shares", "compile_policy"]
+__all__ = ["Member", "AXES", "PINS", "START", "sensitivity_score", "class_order", "residual_shares", "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -48,16 +53,31 @@ class Member:
     sinks: int = 4
     tilt: float = 0.0
     rank: str = "total"
+    pin: str = ""  # a key of PINS
+
+    def __post_init__(self):
+        if self.pin not in PINS:
+            raise ValueError(f"pin must be one of {', '.join(map(repr, PINS))}, got {self.pin!r}")
 
     @property
     def label(self) -> str:
         return (f"rank={self.rank} w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g} "
-                f"sinks={self.sinks} tilt={self.tilt:g}")
+                f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else ""))
+
+
+#: the class sets a member may pin in every group (floor 1): none, the names a call copies, and the
+#: names plus the values it copies from the schema and the query
+PINS: dict[str, tuple[str, ...]] = {
+    "": (),
+    "names": ("TOOL_NAME", "PARAM_NAME"),
+    "names+values": ("TOOL_NAME", "PARAM_NAME", "ENUM_VALUE", "QUERY_VALUE", "QUERY_TEXT"),
+}
 
 
 #: the values the coordinate search tries per field, in the order the fields are visited
 AXES: dict[str, tuple] = {
     "rank": ("total", "density"),
+    "pin": tuple(PINS),
     "tilt": (-1.0, 0.0, 1.0, 2.0, 3.0),
     "sinks": (1, 4),
     "window_frac": (0.0, 0.25, 0.5, 0.75),
@@ -109,7 +129,7 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
     priority, floor = [], []
     for s, probed in zip(score, class_order(score, member.rank, tokens)):
         priority.append(probed + [n for n in names if n not in s])
-        top = [c for c in probed if s[c] > 0][: member.top_k]
+        top = [c for c in probed if s[c] > 0][: member.top_k] + list(PINS[member.pin])
         floor.append({n: (1.0 if n in top else 0.0) for n in names})
     d = [row[budget_key(budget)] for row in distortion]
     return Policy.model_validate({

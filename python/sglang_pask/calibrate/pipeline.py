@@ -178,14 +178,20 @@ class ReuseError(ValueError):
 REUSABLE_STAGES = ("sensitivity", "distortion")
 
 
+#: configuration fields that only the search and the check read: a record that differs in them
+#: measured the same sensitivity and distortion
+SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n")
+
+
 def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     """Copy into ``doc`` the stages it lacks from the record at ``path``, whose configuration must
-    equal ``key`` except for the code that wrote it (ValueError naming the first field that
-    differs otherwise). Returns the stages adopted; ``doc["reused"]`` names them and their code."""
+    equal ``key`` except for the code that wrote it and :data:`SEARCH_ONLY` (ValueError naming the
+    first field that differs otherwise). Returns the stages adopted; ``doc["reused"]`` names them
+    and their code."""
     other = json.loads(Path(path).read_text())
     theirs = dict(other.get("config", {}))
     for k in sorted(set(key) | set(theirs)):
-        if k != "code" and key.get(k) != theirs.get(k):
+        if k not in SEARCH_ONLY and key.get(k) != theirs.get(k):
             raise ReuseError(f"--reuse-stages {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
     taken = [s for s in REUSABLE_STAGES if s not in doc and s in other]
     for s in taken:
@@ -246,6 +252,7 @@ def calibrate(cfg: Config) -> dict:
     searches = doc.setdefault("search", {})
     checks = doc.setdefault("check", {})
     chosen = {}
+    references: dict = {}  # objective kl: Full KV's forced runs by entry id, shared by the budgets
     for b in cfg.budgets:
         k = f"{b:g}"
         def member_policy(m: Member, b=b, k=k):
@@ -265,7 +272,8 @@ def calibrate(cfg: Config) -> dict:
             with _bar(1 + max_members(passes=cfg.search_passes), f"search b={k}") as bar:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
                                             tick=bar.update, passes=cfg.search_passes,
-                                            objective=cfg.search_objective, progress=partial, save=save_progress)
+                                            objective=cfg.search_objective, progress=partial, save=save_progress,
+                                            references=references)
             del doc["search_progress"][k]
             timings[f"search {k}"] = round(before + time.perf_counter() - t, 1)
             save()

@@ -71,6 +71,10 @@ def _reused_line(reused: dict) -> list[str]:
                          f"{', '.join(stages)}.", "")]
 
 
+#: the teacher-forced search objectives and what their values are
+_FORCED = {"nll": "gold NLL/token", "kl": "KL from Full KV/token"}
+
+
 def write_report(doc: dict, out: Path, policies: dict) -> Path:
     """Write the markdown (and PNGs) for the measurement document ``doc`` of ``--out`` ``out``."""
     cfg, sens = doc["config"], doc["sensitivity"]
@@ -121,16 +125,18 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
               "residual shares proportional to D^alpha x (g+1)^tilt, sinks. Rows in scoring order; the "
               "chosen member in bold.", ""]
     for b, s in doc.get("search", {}).items():
-        by_nll = s.get("objective") == "nll"
-        value = (lambda x: f"{x:.4f}") if by_nll else _pct
-        diff = (lambda x: f"{x:+.4f}") if by_nll else (lambda x: f"{100 * x:+.1f}")
+        objective = s.get("objective", "accuracy")
+        forced = objective in _FORCED
+        value = (lambda x: f"{x:.4f}") if forced else _pct
+        diff = (lambda x: f"{x:+.4f}") if forced else (lambda x: f"{100 * x:+.1f}")
         lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {value(s['baseline'])}"
-                  f"{' gold NLL/token' if by_nll else ''}; {s.get('passes', 1)} pass(es))", ""]
+                  f"{' ' + _FORCED[objective] if forced else ''}; {s.get('passes', 1)} pass(es))", ""]
         rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"],
-                 value(r["nll" if by_nll else "accuracy"]),
+                 value(r[objective]),
                  f"{diff(r['diff'])} [{diff(r['ci'][0])}, {diff(r['ci'][1])}]"]
                 for i, r in enumerate(s["rows"])]
-        head = ["member", "gold NLL/token (lower is better)" if by_nll else "accuracy", "diff vs SnapKV [95% CI]"]
+        head = ["member", f"{_FORCED[objective]} (lower is better)" if forced else "accuracy",
+                "diff vs SnapKV [95% CI]"]
         lines += _table(head, rows) + [""]
     if doc.get("check"):
         lines += ["## Held-out check (calib entries the search never saw)", ""]

@@ -1,6 +1,13 @@
 """The family search at one budget, on the fit entries (accuracy under the scoring API, the given
-schedule -- or, objective ``nll``, the gold call's teacher-forced NLL, for models too slow to
-generate every member on CPU), each member paired with SnapKV (same schedule) on the same entries.
+schedule -- or, for models too slow to generate every member on CPU, a teacher-forced measure along
+the gold call: objective ``nll``, its mean NLL per token, or ``kl``, the mean KL from Full KV's
+next-token distributions), each member paired with SnapKV (same schedule) on the same entries.
+
+Why ``kl``: the gold NLL rewards a member for every answer token it happens to make likelier, so
+one lost argument name (a large rise at one position) is offset by small falls elsewhere; the real
+model's ``nll`` choice matched Full KV's mean NLL (1.93 vs 1.94) and still called ``get_weather {}``.
+KL from Full KV is zero where the member changes nothing and positive wherever it moves the
+distribution, so no position offsets another.
 
 It is a coordinate search over :data:`~.family.AXES` from :data:`~.family.START`: for each field in
 turn, score the incumbent with that field set to each of its values and move to the most accurate
@@ -19,7 +26,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from sglang_pask.calibrate.family import AXES, START, Member
-from sglang_pask.eval.api import gold_nll, score
+from sglang_pask.eval.api import gold_kl, gold_nll, score
 from sglang_pask.eval.data import Entry
 from sglang_pask.eval.harness import Settings
 from sglang_pask.eval.stats import paired_bootstrap, paired_mean_bootstrap
@@ -32,9 +39,12 @@ PREFILL = OperatingPoint(schedule="prefill")
 __all__ = ["accuracy", "coordinate_search", "search_budget", "check_policy", "BASELINE", "max_members",
            "OBJECTIVES"]
 
-#: what the search maximises per member: ``accuracy`` (generation, BFCL's checker) or ``nll`` (minus
-#: the mean teacher-forced gold NLL per token: one forward per entry and member, no generation)
-OBJECTIVES = ("accuracy", "nll")
+#: what the search maximises per member: ``accuracy`` (generation, BFCL's checker), ``nll`` (minus
+#: the mean teacher-forced gold NLL per token: one forward per entry and member, no generation) or
+#: ``kl`` (minus the mean KL from Full KV along the gold call; Full KV's distributions once per entry)
+OBJECTIVES = ("accuracy", "nll", "kl")
+#: the objectives measured by teacher forcing (a per-entry value, lower is better)
+FORCED = ("nll", "kl")
 
 #: the strongest baseline on the calib split at every budget (bench/results: SnapKV, prefill)
 BASELINE = ("snapkv", "prefill")
@@ -65,6 +75,21 @@ def _nlls(runner, method: str, entries, budget, settings, point: OperatingPoint,
     kw = {"policy": policy} if policy is not None else {}
     return [gold_nll(runner, method, e, budget=budget, schedule=point.schedule, interval=point.interval,
                      settings=settings, segment_rule=point.segment, **kw).mean for e in entries]
+
+
+def _kls(runner, method: str, entries, budget, settings, point: OperatingPoint, references: dict,
+         policy=None) -> list[float]:
+    """Per entry, the mean KL from Full KV along the gold call under ``method`` at ``point``.
+    ``references``: entry id -> Full KV's forced run with its distributions, filled on first use
+    (shared across budgets and members: Full KV has no budget)."""
+    kw = {"policy": policy} if policy is not None else {}
+    out = []
+    for e in entries:
+        if e.id not in references:
+            references[e.id] = gold_nll(runner, "full", e, settings=settings, logprobs=True)
+        out.append(gold_kl(runner, method, e, references[e.id], budget=budget, schedule=point.schedule,
+                           interval=point.interval, settings=settings, segment_rule=point.segment, **kw))
+    return out
 
 
 def max_members(axes: dict = AXES, passes: int = 2) -> int:
@@ -105,14 +130,16 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
                   settings: Settings, seed: int, point: OperatingPoint = PREFILL,
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
                   passes: int = 2, objective: str = "accuracy", progress: Optional[dict] = None,
-                  save: Optional[Callable[[], None]] = None) -> dict:
+                  save: Optional[Callable[[], None]] = None, references: Optional[dict] = None) -> dict:
     """``compile_member``: Member -> policy. ``point``: the operating point (schedule, interval,
     segment rule) of every scoring run, PASK's and the baseline's; the compiled policies record it.
     ``objective``: :data:`OBJECTIVES`. Returns ``{"budget", "objective", "baseline", "rows":
-    [{"label", "accuracy" | "nll", "diff", "ci"}] in scoring order, "best": index, "best_member":
-    the chosen Member's fields, "n", "passes"}`` (accuracies as fractions; ``nll``: mean gold NLL
-    per token, its ``diff`` PASK minus the baseline, so negative is better). A record without
-    ``"objective"`` is an accuracy search.
+    [{"label", "accuracy" | "nll" | "kl", "diff", "ci"}] in scoring order, "best": index,
+    "best_member": the chosen Member's fields, "n", "passes"}`` (accuracies as fractions; ``nll``:
+    mean gold NLL per token, ``kl``: mean KL from Full KV per token, their ``diff`` PASK minus the
+    baseline, so negative is better). A record without ``"objective"`` is an accuracy search.
+    ``references``: Full KV's forced runs by entry id, for ``kl`` (:func:`_kls`; pass one dict to
+    every budget's search so they are computed once).
 
     ``progress``: a dict this search fills as it goes (``"baseline"``: the baseline's per-entry
     values or records; ``"rows"``: label -> row) and reads back on a rerun, so an interrupted search
@@ -120,11 +147,18 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
     ``progress``). A resumed search returns what an uninterrupted one would."""
     if objective not in OBJECTIVES:
         raise ValueError(f"search objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    by_nll = objective == "nll"
+    forced = objective in FORCED
+    references = {} if references is None else references
+
+    def measure(method: str, policy=None) -> list[float]:
+        if objective == "kl":
+            return _kls(runner, method, entries, budget, settings, point, references, policy=policy)
+        return _nlls(runner, method, entries, budget, settings, point, policy=policy)
+
     progress = {} if progress is None else progress
     done = progress.setdefault("rows", {})
     if "baseline" not in progress:
-        progress["baseline"] = (_nlls(runner, BASELINE[0], entries, budget, settings, point) if by_nll
+        progress["baseline"] = (measure(BASELINE[0]) if forced
                                 else _baseline(runner, entries, budget, settings, point))
         if save:
             save()
@@ -136,10 +170,11 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
     def value(m: Member) -> float:
         if m.label in done:
             rows.append(done[m.label])
-        elif by_nll:
-            nll = _nlls(runner, "pask", entries, budget, settings, point, policy=compile_member(m))
-            pb = paired_mean_bootstrap(nll, base, seed=seed)
-            rows.append({"label": m.label, "nll": round(float(np.mean(nll)), 6), "diff": pb["diff"], "ci": pb["ci"]})
+        elif forced:
+            vals = measure("pask", policy=compile_member(m))
+            pb = paired_mean_bootstrap(vals, base, seed=seed)
+            rows.append({"label": m.label, objective: round(float(np.mean(vals)), 6), "diff": pb["diff"],
+                         "ci": pb["ci"]})
         else:
             recs = _pask(runner, compile_member(m), entries, budget, settings, point)
             pb = paired_bootstrap(recs, base, seed=seed)
@@ -150,11 +185,11 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
                 save()
         if tick:
             tick()
-        return -rows[-1]["nll"] if by_nll else rows[-1]["accuracy"]
+        return -rows[-1][objective] if forced else rows[-1]["accuracy"]
 
     best, order, done = coordinate_search(value, start, axes, passes)
     return {"budget": budget, "objective": objective,
-            "baseline": round(float(np.mean(base)), 6) if by_nll else accuracy(base), "rows": rows,
+            "baseline": round(float(np.mean(base)), 6) if forced else accuracy(base), "rows": rows,
             "best": order.index(best), "best_member": asdict(best), "n": len(entries), "passes": done}
 
 

@@ -17,14 +17,16 @@ removed: ``budget = 1 - compression_ratio``).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Iterable, Union
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Union
+
+import numpy as np
 
 from sglang_pask.eval.data import Entry, load_spec
 from sglang_pask.eval.harness import Settings, build_request, score_entry
 from sglang_pask.eval.hf_backend import HFBackend, bind_runner, runner_body
 
-__all__ = ["generate", "score", "gold_nll", "GoldNLL", "load_runner", "as_settings"]
+__all__ = ["generate", "score", "gold_nll", "gold_kl", "GoldNLL", "load_runner", "as_settings"]
 
 
 def load_runner(model, **kwargs):
@@ -103,6 +105,8 @@ class GoldNLL:
     tokens: int
     prompt_tokens: int
     compressions: int
+    #: float32 ``[tokens, V]``: each answer position's log-distribution (``gold_nll(logprobs=True)``)
+    logprobs: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
     @property
     def mean(self) -> float:
@@ -114,7 +118,7 @@ class GoldNLL:
 
 def gold_nll(model, method, entry: Entry, *, budget: float | None = None, policy=None,
              schedule: str | None = None, settings: Union[Settings, dict, None] = None,
-             segment_rule=None, **method_options) -> GoldNLL:
+             segment_rule=None, logprobs: bool = False, **method_options) -> GoldNLL:
     """NLL of ``entry``'s gold call(s) under ``method`` by teacher forcing (:mod:`sglang_pask.hf.teacher`).
 
     The prompt is the one generation sees (the request of ``settings``: tool_choice,
@@ -122,7 +126,8 @@ def gold_nll(model, method, entry: Entry, *, budget: float | None = None, policy
     :func:`~sglang_pask.eval.gold.forced_answer_text` (SGLang's forced spelling, then the end of
     turn), fed token by token with the same compression points as generation. Raw model logits
     (no grammar mask), under the same segment rule (``segment_rule``, as :func:`score`).
-    ``model``: a model directory or a Runner (:func:`load_runner`)."""
+    ``model``: a model directory or a Runner (:func:`load_runner`). ``logprobs``: keep every
+    position's log-distribution too (for :func:`gold_kl`)."""
     from sglang_pask.eval.gold import forced_answer_text
     from sglang_pask.hf.teacher import teacher_forced_nll
 
@@ -130,5 +135,20 @@ def gold_nll(model, method, entry: Entry, *, budget: float | None = None, policy
                          segment_rule=segment_rule, **method_options)
     request, _ = build_request(entry, as_settings(settings))
     answer = runner.tokenizer(forced_answer_text(entry), add_special_tokens=False)["input_ids"]
-    tf = teacher_forced_nll(runner, runner_body(request), answer)
-    return GoldNLL(tf.total, len(answer), tf.prompt_len, tf.compressions)
+    tf = teacher_forced_nll(runner, runner_body(request), answer, logprobs=logprobs)
+    return GoldNLL(tf.total, len(answer), tf.prompt_len, tf.compressions, tf.logprobs)
+
+
+def gold_kl(model, method, entry: Entry, reference: GoldNLL, **kw) -> float:
+    """Mean over ``entry``'s gold-answer positions of KL(reference || ``method``) in nats: how far
+    the method's next-token distributions move from ``reference``'s (Full KV's, from
+    ``gold_nll(model, "full", entry, logprobs=True)``) along the same teacher-forced answer. 0 when
+    the method changes nothing; unlike the gold NLL, a position where the method loses the token
+    Full KV was sure of (an argument name, a value) cannot be offset by a position where it
+    happens to assign gold more mass. ``kw``: as :func:`gold_nll`."""
+    from sglang_pask.hf.teacher import kl_per_position
+
+    if reference.logprobs is None:
+        raise ValueError("gold_kl needs a reference with log-distributions (gold_nll(..., logprobs=True))")
+    other = gold_nll(model, method, entry, logprobs=True, **kw)
+    return float(kl_per_position(reference.logprobs, other.logprobs).mean())

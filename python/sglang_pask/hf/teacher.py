@@ -20,21 +20,24 @@ rendering path (:func:`sglang_pask.rendering.render_chat`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["TeacherForced", "teacher_forced_nll"]
+__all__ = ["TeacherForced", "teacher_forced_nll", "kl_per_position"]
 
 
 @dataclass(frozen=True)
 class TeacherForced:
-    """``nll``: float64 ``[len(answer)]``, -log p(answer[i] | prompt, answer[:i]) in nats."""
+    """``nll``: float64 ``[len(answer)]``, -log p(answer[i] | prompt, answer[:i]) in nats.
+    ``logprobs``: float32 ``[len(answer), V]``, the whole next-token log-distribution at each answer
+    position (only when asked for: :func:`teacher_forced_nll` ``logprobs=True``; else None)."""
 
     nll: np.ndarray
     prompt_len: int
     compressions: int  # compression points that ran (prefill end included)
+    logprobs: Optional[np.ndarray] = None
 
     @property
     def total(self) -> float:
@@ -46,9 +49,10 @@ class TeacherForced:
 
 
 @torch.inference_mode()
-def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> TeacherForced:
+def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int], logprobs: bool = False) -> TeacherForced:
     """Score ``answer_ids`` (token ids, e.g. the gold call then the end-of-turn token) as the
-    continuation of the chat ``request`` under ``runner``'s method (see the module docstring)."""
+    continuation of the chat ``request`` under ``runner``'s method (see the module docstring).
+    ``logprobs``: also keep every position's log-distribution (``TeacherForced.logprobs``)."""
     from sglang_pask.rendering import render_chat
     from sglang_pask.structure.token_bytes import token_bytes
 
@@ -71,12 +75,17 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
         # and no own span is compressed apart): the answer in one forward gives the same logits
         # (to float rounding) as the token-by-token loop below, at a fraction of the time
         rest = runner.forward(cache, answer[:-1], seq_len, every=True)  # [len(answer) - 1, V]
-        steps = torch.cat([logits[None], rest]).double()  # [len(answer), V]
-        nll = -torch.log_softmax(steps, dim=-1)[torch.arange(len(answer)), torch.tensor(answer)]
-        return TeacherForced(nll.numpy().astype(np.float64), len(prompt), int(ran))
+        lp = torch.log_softmax(torch.cat([logits[None], rest]).double(), dim=-1)  # [len(answer), V]
+        nll = -lp[torch.arange(len(answer)), torch.tensor(answer)]
+        return TeacherForced(nll.numpy().astype(np.float64), len(prompt), int(ran),
+                             lp.float().numpy() if logprobs else None)
     nll = np.zeros(len(answer), dtype=np.float64)
+    kept = [] if logprobs else None
     for i, tok in enumerate(answer):
-        nll[i] = -float(torch.log_softmax(logits.double(), dim=-1)[tok])
+        lp = torch.log_softmax(logits.double(), dim=-1)  # [V]
+        nll[i] = -float(lp[tok])
+        if kept is not None:
+            kept.append(lp.float().numpy())
         if i == len(answer) - 1:
             break
         tracker.feed(token_bytes(runner.tokenizer, [tok])[0])
@@ -85,4 +94,14 @@ def teacher_forced_nll(runner, request: dict, answer_ids: Sequence[int]) -> Teac
         c = runner.compress(cache, seq_len, prompt_classes + list(tracker.classes), len(prompt), i + 1,
                             segment_end=pre.segment_end, segment_slots=pre.segment_slots)
         ran += c is not None
-    return TeacherForced(nll, len(prompt), int(ran))
+    return TeacherForced(nll, len(prompt), int(ran), np.stack(kept) if kept is not None else None)
+
+
+def kl_per_position(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """float64 ``[A]``: KL(reference || other) in nats at each of ``A`` positions, from two
+    ``[A, V]`` log-distributions (e.g. Full KV's and a compressed cache's along the same answer).
+    Non-negative up to rounding; 0 where the two agree."""
+    if reference.shape != other.shape:
+        raise ValueError(f"KL needs log-distributions of one shape, got {reference.shape} and {other.shape}")
+    ref = torch.from_numpy(reference).double()
+    return (ref.exp() * (ref - torch.from_numpy(other).double())).sum(-1).clamp_min(0.0).numpy()
