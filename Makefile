@@ -24,18 +24,23 @@ TOOL_STRICT ?= 0
 TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL))
 PYTEST_ARGS ?=
 
-.PHONY: install serve test test-fast bench lint model clean-venv
+.PHONY: install serve test test-fast bench lint model clean-venv csrc-check
 
 install: $(STAMP)
 
 # Idempotent: reruns only when the pins or the package metadata change. --no-compile: pip would
 # byte-compile every file of torch and SGLang (about 80 s of a 145 s install here); Python compiles
 # the modules actually imported on first use instead.
-$(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py
+# The csrc extension (torch.ops.sglang_pask.*) is built in place after the editable install; a
+# build failure prints why and the torch reference runs (see setup.py).
+CSRC := $(wildcard csrc/cpu/*.cpp csrc/cuda/*.cu csrc/cuda/*.cpp)
+$(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py $(CSRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --no-deps -r requirements/build.txt
 	$(PIP) install -q --no-compile --no-deps $(TORCH) $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/eval.txt -r requirements/test.txt
 	$(PIP) install -q --no-deps --no-build-isolation -e .
+	@t=$$(date +%s); $(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -i "warning\|^ *[0-9]* |\|^ *|\|~~\|\^" || true; \
+		echo "sglang_pask: csrc build step took $$(( $$(date +%s) - t ))s; kernels: $$($(PY) -c 'from sglang_pask import ops; print(ops.implementation())')"
 	$(PY) -m sglang_pask.cpu_shim.install_pth
 	$(PY) -m sglang_pask.cli env
 	@touch $(STAMP)
@@ -56,6 +61,10 @@ test: install
 # The developer's loop: every test that starts no server (2.9 min on 2 cores).
 test-fast: install
 	$(PY) -m pytest test -m "not server" $(PYTEST_ARGS)
+
+# Compile-check csrc's CUDA sources with nvcc (nothing built here runs without a GPU; CI runs it).
+csrc-check: install
+	PY=$(PY) bash csrc/check.sh
 
 lint: install
 	$(VENV)/bin/ruff check python test bench

@@ -2,9 +2,54 @@
 
 On CPU machines install with `make install` (pinned set, --no-deps; see requirements/).
 On CUDA machines: `pip install -e .[gpu]` installs SGLang with its normal dependencies.
+
+The compiled operators in csrc/ (torch.ops.sglang_pask.*, see csrc/README.md) are built here with
+torch's extension tooling when torch is importable at build time (`make install` installs it
+first and builds with --no-build-isolation): the CPU sources always, the CUDA ones too when the
+installed torch has CUDA and nvcc is found. They are optional: a failed or skipped build
+(SGLANG_PASK_NO_CSRC=1) prints why and the install goes on; at run time the pure-torch reference
+(python/sglang_pask/ops/reference.py) runs instead and the server's start-up line says which.
 """
 
+import os
+import sys
+
 from setuptools import find_packages, setup
+
+CPU_SOURCES = ["csrc/cpu/pask_ops.cpp"]
+CUDA_SOURCES = ["csrc/cuda/pask_ops_kernels.cu", "csrc/cuda/pask_ops_cuda.cpp"]
+EXT = "sglang_pask._pask_ops"
+
+
+def _extension_args() -> dict:
+    if os.environ.get("SGLANG_PASK_NO_CSRC") == "1":
+        print("sglang_pask: csrc not built (SGLANG_PASK_NO_CSRC=1); the torch reference runs", file=sys.stderr)
+        return {}
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as e:  # an isolated build without torch: nothing to build against
+        print(f"sglang_pask: csrc not built (torch not importable: {e}); the torch reference runs", file=sys.stderr)
+        return {}
+    flags = {"cxx": ["-O3", "-std=c++20"]}
+    if torch.cuda.is_available() and cpp_extension.CUDA_HOME:
+        ext = cpp_extension.CUDAExtension(EXT, CPU_SOURCES + CUDA_SOURCES,
+                                          extra_compile_args={**flags, "nvcc": ["-O3", "-std=c++20"]})
+    else:
+        ext = cpp_extension.CppExtension(EXT, CPU_SOURCES, extra_compile_args=flags["cxx"])
+
+    class OptionalBuild(cpp_extension.BuildExtension):
+        """A compiler error leaves the package installed without the extension (and says so)."""
+
+        def run(self):
+            try:
+                super().run()
+            except Exception as e:  # noqa: BLE001 -- any build failure (no compiler, a compile error) falls back
+                print(f"sglang_pask: csrc not built ({type(e).__name__}: {e}); the torch reference runs",
+                      file=sys.stderr)
+
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": OptionalBuild.with_options(use_ninja=False)}}
+
 
 setup(
     name="sglang_pask",
@@ -24,4 +69,5 @@ setup(
         "console_scripts": ["pask = sglang_pask.cli:main"],
         "sglang.srt.plugins": ["pask = sglang_pask.srt.plugin:register"],
     },
+    **_extension_args(),
 )

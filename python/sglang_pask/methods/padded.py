@@ -81,12 +81,8 @@ def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: 
     """bool ``[R, T]``: per row what :func:`~sglang_pask.methods.scorer.top_n` keeps -- every held
     position ``>= tail_start[r]``, then the best-scored held others, ``n[r]`` in all (all held when
     ``n[r]`` reaches the held count); ties go to the more recent position. ``held`` bool ``[R, T]``,
-    ``scores`` float ``[R, T]`` (ignored where not held), ``n`` / ``tail_start`` int ``[R]``."""
-    R, T = held.shape
-    pos = np.broadcast_to(np.arange(T, dtype=np.int64)[None, :], (R, T))
-    s = np.where(pos >= np.asarray(tail_start)[:, None], np.inf, np.asarray(scores, dtype=np.float64))
-    # primary: held first; then score desc; then position desc (top_n's order among the held)
-    order = np.lexsort((-pos, -s, ~held), axis=-1)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(T)[None, :], (R, T)), axis=-1)
-    return held & (rank < np.asarray(n, dtype=np.int64)[:, None])
+    ``scores`` float ``[R, T]`` (ignored where not held), ``n`` / ``tail_start`` int ``[R]``. The
+    compiled operator when built (:mod:`sglang_pask.ops`), else its reference."""
+    from sglang_pask import ops
+
+    return ops.top_n_mask(held, scores, n, tail_start)

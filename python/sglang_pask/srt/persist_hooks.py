@@ -132,6 +132,7 @@ def around_release(original, req, *args, **kwargs):
 
 
 def pask_state(scheduler) -> dict:
+    from sglang_pask import ops
     from sglang_pask.srt import persist, request_tags, segments
     from sglang_pask.srt.pools import PaskAllocator
 
@@ -145,6 +146,7 @@ def pask_state(scheduler) -> dict:
            "operating_point": config.resolved.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
+           "kernels": ops.implementation(),
            "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()

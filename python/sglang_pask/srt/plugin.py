@@ -144,6 +144,9 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     serving.active_config.cache_clear()
     logger.info("sglang_pask: persistence: %s", config.describe())
     logger.info("sglang_pask: operating point: %s", config.resolved.sources_line())
+    from sglang_pask import ops
+
+    logger.info("sglang_pask: kernels: %s", ops.implementation())
     if line := config.resolved.override_line(serving.FLAG_NAMES):
         # a warning: printed even before SGLang configures logging (this runs in argument parsing)
         logger.warning("sglang_pask: %s %s", os.path.basename(path), line)

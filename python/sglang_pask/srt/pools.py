@@ -24,6 +24,8 @@ import torch
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import KVCache, MHATokenToKVPool, unwrap_write_loc
 
+from sglang_pask import ops
+
 
 class PaskKVPool(KVCache):
     """The KV buffers: one ``MHATokenToKVPool`` per unit, addressed through ``mapping``.
@@ -176,13 +178,10 @@ class PaskAllocator(TokenToKVPoolAllocator):
         ids stay live. Returns how many slots were freed."""
         if full_ids.numel() == 0:
             return 0
-        idx = full_ids.long()
-        slots = self.pool.mapping[unit, idx]
-        held = slots > 0
-        n = int(held.sum())
+        slots = ops.take_slots(self.pool.mapping, unit, full_ids)  # held slots; their mapping now 0
+        n = int(slots.numel())
         if n:
-            self.units[unit].free(slots[held])
-            self.pool.mapping[unit, idx[held]] = 0
+            self.units[unit].free(slots)
             self.dropped_total += n
         return n
 

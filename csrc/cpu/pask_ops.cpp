@@ -1,0 +1,104 @@
+// sglang_pask's compiled CPU operators, registered as torch.ops.sglang_pask.* (loaded by
+// python/sglang_pask/ops/__init__.py; the torch reference in ops/reference.py is the oracle that
+// test/test_ops.py checks them against on random inputs).
+//
+//   top_n_mask(held bool[R, T], scores float64[R, T], n int64[R], tail_start int64[R]) -> bool[R, T]
+//     per row r: every held position >= tail_start[r] scores +inf; keep the n[r] held positions of
+//     highest (score, position) -- ties go to the newer position, NaN ranks below every number --,
+//     all of them when n[r] reaches the held count, none when n[r] <= 0. O(T) per row
+//     (nth_element), rows in parallel.
+//   take_slots(mapping int64[U, F], unit int, full_ids int64[N]) -> int64[M]
+//     the unit's slots of full_ids that are held (> 0), in full_ids order, and those mapping
+//     entries set to 0: a drop's slot lookup and mapping rewrite in one pass. full_ids are unique
+//     (a request's row of req_to_token) and within [0, F).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, const at::Tensor& n,
+                          const at::Tensor& tail_start) {
+  TORCH_CHECK(held.dim() == 2 && held.scalar_type() == at::kBool, "top_n_mask: held must be bool [R, T]");
+  TORCH_CHECK(scores.sizes() == held.sizes(), "top_n_mask: scores must have held's shape [R, T]");
+  const int64_t R = held.size(0), T = held.size(1);
+  TORCH_CHECK(n.numel() == R && tail_start.numel() == R, "top_n_mask: n and tail_start must be [R]");
+  const auto h = held.contiguous();
+  const auto s = scores.to(at::kDouble).contiguous();
+  const auto nn = n.to(at::kLong).contiguous();
+  const auto ts = tail_start.to(at::kLong).contiguous();
+  auto out = at::zeros({R, T}, held.options());
+  const bool* hp = h.data_ptr<bool>();
+  const double* sp = s.data_ptr<double>();
+  const int64_t* np_ = nn.data_ptr<int64_t>();
+  const int64_t* tp = ts.data_ptr<int64_t>();
+  bool* op = out.data_ptr<bool>();
+  at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> idx;
+    std::vector<double> key;
+    for (int64_t r = begin; r < end; ++r) {
+      const bool* hr = hp + r * T;
+      const double* sr = sp + r * T;
+      bool* orow = op + r * T;
+      const int64_t want = np_[r];
+      if (want <= 0) continue;
+      idx.clear();
+      for (int64_t t = 0; t < T; ++t)
+        if (hr[t]) idx.push_back(t);
+      if (static_cast<int64_t>(idx.size()) <= want) {
+        for (int64_t t : idx) orow[t] = true;
+        continue;
+      }
+      key.assign(T, 0.0);
+      for (int64_t t : idx) key[t] = t >= tp[r] ? std::numeric_limits<double>::infinity() : sr[t];
+      // strict weak order, best first: NaN last, then score descending, then position descending
+      auto better = [&](int64_t a, int64_t b) {
+        const bool na = std::isnan(key[a]), nb = std::isnan(key[b]);
+        if (na != nb) return nb;
+        if (!na && key[a] != key[b]) return key[a] > key[b];
+        return a > b;
+      };
+      std::nth_element(idx.begin(), idx.begin() + want, idx.end(), better);
+      for (int64_t i = 0; i < want; ++i) orow[idx[i]] = true;
+    }
+  });
+  return out;
+}
+
+at::Tensor take_slots_cpu(at::Tensor mapping, int64_t unit, const at::Tensor& full_ids) {
+  TORCH_CHECK(mapping.dim() == 2 && mapping.scalar_type() == at::kLong && mapping.is_contiguous(),
+              "take_slots: mapping must be a contiguous int64 [U, F]");
+  TORCH_CHECK(unit >= 0 && unit < mapping.size(0), "take_slots: unit ", unit, " out of range");
+  const auto ids = full_ids.to(at::kLong).contiguous();
+  const int64_t F = mapping.size(1), N = ids.numel();
+  int64_t* row = mapping.data_ptr<int64_t>() + unit * F;
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  std::vector<int64_t> taken;
+  taken.reserve(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t f = ip[i];
+    TORCH_CHECK(f >= 0 && f < F, "take_slots: full id ", f, " out of range [0, ", F, ")");
+    if (row[f] > 0) {
+      taken.push_back(row[f]);
+      row[f] = 0;
+    }
+  }
+  return at::tensor(taken, mapping.options());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(sglang_pask, m) {
+  m.def("top_n_mask(Tensor held, Tensor scores, Tensor n, Tensor tail_start) -> Tensor");
+  m.def("take_slots(Tensor(a!) mapping, int unit, Tensor full_ids) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(sglang_pask, CPU, m) {
+  m.impl("top_n_mask", &top_n_mask_cpu);
+  m.impl("take_slots", &take_slots_cpu);
+}

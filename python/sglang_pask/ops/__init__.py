@@ -1,0 +1,74 @@
+"""The hot operators of batched compression, compiled (csrc/, ``torch.ops.sglang_pask.*``) when
+the extension was built, else their reference (:mod:`.reference`, same contracts, same results:
+``test_ops.py``).
+
+:func:`implementation` says which runs and why (the server logs it at start-up and shows it in
+``/server_info``). ``SGLANG_PASK_OPS=reference`` forces the reference (for A/B runs and tests).
+The extension is ``sglang_pask/_pask_ops*.so``, built by ``make install`` (setup.py build_ext
+--inplace); it registers its operators with torch, so it is loaded with ``torch.ops.load_library``.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+
+import numpy as np
+import torch
+
+from sglang_pask.ops import reference
+
+__all__ = ["implementation", "top_n_mask", "take_slots", "compiled"]
+
+ENV = "SGLANG_PASK_OPS"
+
+
+@functools.lru_cache(maxsize=None)
+def _load() -> tuple[object, str]:
+    """(``torch.ops.sglang_pask`` or None, a one-line description of what runs)."""
+    if os.environ.get(ENV) == "reference":
+        return None, f"torch reference ({ENV}=reference)"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = sorted(glob.glob(os.path.join(here, "_pask_ops*.so")))
+    if not found:
+        return None, "torch reference (csrc extension not built: run `make install`, or see its build output)"
+    try:
+        torch.ops.load_library(found[0])
+        ns = torch.ops.sglang_pask
+        ns.top_n_mask  # noqa: B018 -- resolves the op: a stale library fails here, not mid-step
+    except (OSError, RuntimeError, AttributeError) as e:
+        return None, f"torch reference (csrc extension {os.path.basename(found[0])} failed to load: {e})"
+    cuda = torch._C._dispatch_has_kernel_for_dispatch_key("sglang_pask::top_n_mask", "CUDA")
+    return ns, f"csrc {os.path.basename(found[0])} (CPU{', CUDA' if cuda else ''})"
+
+
+def compiled():
+    """``torch.ops.sglang_pask`` when the extension is loaded, else None."""
+    return _load()[0]
+
+
+def implementation() -> str:
+    """Which implementation runs, in one line (``csrc ... (CPU)`` or ``torch reference (why)``)."""
+    return _load()[1]
+
+
+def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: np.ndarray) -> np.ndarray:
+    """bool ``[R, T]`` (:func:`.reference.top_n_mask`'s contract), compiled when available."""
+    ops = compiled()
+    if ops is None:
+        return reference.top_n_mask(held, scores, n, tail_start)
+    out = ops.top_n_mask(torch.from_numpy(np.ascontiguousarray(held, dtype=bool)),
+                         torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float64)),
+                         torch.from_numpy(np.ascontiguousarray(n, dtype=np.int64)),
+                         torch.from_numpy(np.ascontiguousarray(tail_start, dtype=np.int64)))
+    return out.numpy()
+
+
+def take_slots(mapping: torch.Tensor, unit: int, full_ids: torch.Tensor) -> torch.Tensor:
+    """int64 ``[M]`` (:func:`.reference.take_slots`'s contract; ``mapping`` changed in place),
+    compiled when available and ``mapping`` is contiguous."""
+    ops = compiled()
+    if ops is None or not mapping.is_contiguous():
+        return reference.take_slots(mapping, unit, full_ids)
+    return ops.take_slots(mapping, int(unit), full_ids)

@@ -1,0 +1,95 @@
+"""The compiled operators (csrc/) against their reference (sglang_pask.ops.reference), on random
+inputs: identical kept sets and identical pool state. Skipped (with the reason) only where the
+extension is not built -- ``make install`` builds it -- and the fallback is checked to say so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sglang_pask import ops
+from sglang_pask.ops import reference
+
+needs_csrc = pytest.mark.skipif(ops.compiled() is None, reason=ops.implementation())
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@needs_csrc
+@pytest.mark.parametrize("seed", range(6))
+def test_top_n_mask_equals_the_reference(seed):
+    """Ties (few distinct scores), -inf and NaN scores, n from 0 past the held count, tails of
+    0-3 positions, a row with nothing held: the compiled mask equals the reference bit for bit."""
+    rng = np.random.default_rng(seed)
+    R, T = int(rng.integers(1, 40)), int(rng.integers(1, 900))
+    held = rng.random((R, T)) < rng.uniform(0.05, 1.0)
+    held[0] = False if R > 1 and seed % 2 else held[0]
+    scores = rng.integers(0, 4, (R, T)).astype(np.float64) + (rng.random((R, T)) if seed > 2 else 0.0)
+    scores[rng.random((R, T)) < 0.05] = -np.inf
+    scores[rng.random((R, T)) < 0.02] = np.nan
+    n = rng.integers(-1, T + 2, R)
+    tail = T - rng.integers(0, 4, R)
+    got = ops.top_n_mask(held, scores, n, tail)
+    want = reference.top_n_mask(held, scores, n, tail)
+    assert got.dtype == bool and got.shape == (R, T)
+    assert np.array_equal(got, want)
+
+
+@needs_csrc
+@pytest.mark.parametrize("seed", range(4))
+def test_take_slots_equals_the_reference(seed):
+    """Same slots returned in the same order and the same mapping afterwards, with some ids
+    already dropped (mapping 0) and ids in random order."""
+    rng = np.random.default_rng(seed)
+    U, F = 3, 500
+    mapping = torch.from_numpy(rng.integers(0, 50, (U, F)).astype(np.int64))
+    ids = torch.from_numpy(rng.permutation(F)[: int(rng.integers(0, F))])
+    a, b = mapping.clone(), mapping.clone()
+    unit = int(rng.integers(0, U))
+    got, want = ops.take_slots(a, unit, ids), reference.take_slots(b, unit, ids)
+    assert torch.equal(got, want) and torch.equal(a, b)
+    assert (a[unit, ids] == 0).all() and torch.equal(a[[u for u in range(U) if u != unit]],
+                                                       mapping[[u for u in range(U) if u != unit]])
+
+
+@needs_csrc
+def test_bad_input_names_the_problem():
+    with pytest.raises(RuntimeError, match="scores must have held's shape"):
+        ops.compiled().top_n_mask(torch.zeros(2, 3, dtype=torch.bool), torch.zeros(2, 4, dtype=torch.float64),
+                                  torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="full id 9 out of range"):
+        ops.compiled().take_slots(torch.zeros(1, 5, dtype=torch.long), 0, torch.tensor([9]))
+
+
+def test_the_reference_runs_and_says_so_when_forced():
+    """``SGLANG_PASK_OPS=reference``: the reference runs, and implementation() says why."""
+    code = ("from sglang_pask import ops; import numpy as np; assert ops.compiled() is None; "
+            "print(ops.implementation()); "
+            "print(ops.top_n_mask(np.ones((1, 3), bool), np.zeros((1, 3)), np.array([2]), np.array([3])).tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "SGLANG_PASK_OPS": "reference"}).stdout
+    assert out.splitlines() == ["torch reference (SGLANG_PASK_OPS=reference)", "[[False, True, True]]"]
+
+
+@needs_csrc
+def test_implementation_names_the_library():
+    assert ops.implementation().startswith("csrc _pask_ops") and "(CPU" in ops.implementation()
+
+
+def test_a_build_without_a_compiler_falls_back_and_says_so(tmp_path):
+    """setup.py's build step with no working compiler exits 0, builds nothing, and prints that
+    the torch reference runs (what a machine without g++ gets from ``make install``)."""
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    shutil.copytree(ROOT / "csrc", tmp_path / "csrc")
+    (tmp_path / "python" / "sglang_pask").mkdir(parents=True)
+    (tmp_path / "python" / "sglang_pask" / "__init__.py").write_text("")
+    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "CC": "/bin/false", "CXX": "/bin/false"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "sglang_pask: csrc not built (" in res.stderr and "the torch reference runs" in res.stderr
+    assert not list(tmp_path.rglob("*.so"))
