@@ -58,6 +58,13 @@ MATCHED = ["--disable-radix-cache", "--disable-overlap-schedule", "--decode-log-
 #: the random Qwen3 of part 2: ~25M parameters, 8 layers, 4 KV heads x 128 dims
 TPOT_MODEL = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8,
                   num_key_value_heads=4, head_dim=128, max_position_embeddings=8192)
+#: ``--tpot-shape``: the random models part 2 can build (``qwen3-4b``: Qwen3-4B's published shape,
+#: ~4.0B parameters, for a GPU run -- bench/gpu_check.sh; far too slow for these CPUs)
+SHAPES = {
+    "27m": TPOT_MODEL,
+    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, max_position_embeddings=40960),
+}
 
 
 def tool_requests(tokenizer, n: int, prompt_tokens: int, seed: int) -> list[dict]:
@@ -243,13 +250,14 @@ def part_tpot(a, work: Path) -> dict:
     from transformers import AutoTokenizer
 
     mdir = work / "random-qwen3"
-    params = build(str(mdir), seed=0, overrides=TPOT_MODEL)
+    shape = SHAPES[a.tpot_shape]
+    params = build(str(mdir), seed=0, overrides=shape)
     policy = work / "random-qwen3.prior.json"
     subprocess.run([sys.executable, "-m", "sglang_pask.cli", "policy", "prior", "--model", str(mdir),
                     "--groups", "2", "--budget", str(a.budget), "--out", str(policy)], check=True,
                    capture_output=True)
     tok = AutoTokenizer.from_pretrained(str(mdir))
-    out = {"model": {"params": params, **TPOT_MODEL}, "contexts": {}}
+    out = {"model": {"params": params, "shape": a.tpot_shape, **shape}, "contexts": {}}
     for ctx in a.contexts:
         reqs = tool_requests(tok, a.tpot_requests, ctx, a.seed + ctx)
         ds = work / f"tpot-{ctx}.jsonl"
@@ -384,10 +392,16 @@ def main(argv=None) -> int:
                    help="PASK operating points of part 1, comma list: policy (the policy's own, as make serve "
                         "runs it) or SCHEDULE:INTERVAL (the first is the headline row; default policy,continuous:1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tpot-shape", default="27m", choices=tuple(SHAPES),
+                   help="the random model of part 2 (default 27m; qwen3-4b for a GPU)")
+    p.add_argument("--server-args", default="",
+                   help="extra flags for every server of both parts, e.g. '--attention-backend flashinfer "
+                        "--disable-cuda-graph' on a GPU (split on spaces)")
     p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
     p.add_argument("--parts", default="capacity,tpot", help="capacity, tpot or both (default both)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    MATCHED.extend(a.server_args.split())
     if a.quick:
         a.requests, a.contexts, a.tpot_requests, a.tpot_output_len = 16, "1024", 2, 16
     a.contexts = [int(x) for x in a.contexts.split(",")]

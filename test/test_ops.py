@@ -17,12 +17,15 @@ from sglang_pask import ops
 from sglang_pask.ops import reference
 
 needs_csrc = pytest.mark.skipif(ops.compiled() is None, reason=ops.implementation())
+#: the devices the compiled operators are checked on: CUDA too on a GPU machine (bench/gpu_check.sh)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @needs_csrc
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", range(6))
-def test_top_n_mask_equals_the_reference(seed):
+def test_top_n_mask_equals_the_reference(seed, device):
     """Ties (few distinct scores), -inf and NaN scores, n from 0 past the held count, tails of
     0-3 positions, a row with nothing held: the compiled mask equals the reference bit for bit."""
     rng = np.random.default_rng(seed)
@@ -34,24 +37,30 @@ def test_top_n_mask_equals_the_reference(seed):
     scores[rng.random((R, T)) < 0.02] = np.nan
     n = rng.integers(-1, T + 2, R)
     tail = T - rng.integers(0, 4, R)
-    got = ops.top_n_mask(held, scores, n, tail)
+    if device == "cpu":
+        got = ops.top_n_mask(held, scores, n, tail)
+    else:
+        got = ops.compiled().top_n_mask(*(torch.from_numpy(np.ascontiguousarray(x)).to(device)
+                                          for x in (held, scores, n, tail))).cpu().numpy()
     want = reference.top_n_mask(held, scores, n, tail)
     assert got.dtype == bool and got.shape == (R, T)
     assert np.array_equal(got, want)
 
 
 @needs_csrc
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", range(4))
-def test_take_slots_equals_the_reference(seed):
+def test_take_slots_equals_the_reference(seed, device):
     """Same slots returned in the same order and the same mapping afterwards, with some ids
     already dropped (mapping 0) and ids in random order."""
     rng = np.random.default_rng(seed)
     U, F = 3, 500
     mapping = torch.from_numpy(rng.integers(0, 50, (U, F)).astype(np.int64))
     ids = torch.from_numpy(rng.permutation(F)[: int(rng.integers(0, F))])
-    a, b = mapping.clone(), mapping.clone()
+    a, b = mapping.clone().to(device), mapping.clone()
     unit = int(rng.integers(0, U))
-    got, want = ops.take_slots(a, unit, ids), reference.take_slots(b, unit, ids)
+    got, want = ops.take_slots(a, unit, ids.to(device)).cpu(), reference.take_slots(b, unit, ids)
+    a = a.cpu()
     assert torch.equal(got, want) and torch.equal(a, b)
     assert (a[unit, ids] == 0).all() and torch.equal(a[[u for u in range(U) if u != unit]],
                                                        mapping[[u for u in range(U) if u != unit]])
