@@ -7,8 +7,10 @@ compression's cost; the policy's own ``prefill`` point compresses once per reque
 request at once, no radix cache. The same N tool requests (~1,100 prompt tokens, ``--output-len``
 tokens each) are sent at once through SGLang's ``bench_serving``. The share is the server's own
 timers (``/server_info`` ``compression_time``: seconds inside the compression hook / seconds
-between consecutive decode steps); ``SGLANG_PASK_BATCHED_COMPRESSION=0`` selects the
-request-by-request path for the "before" rows.
+between consecutive decode steps). Three variants per N: request by request
+(``SGLANG_PASK_BATCHED_COMPRESSION=0``), batched with the torch reference operators
+(``SGLANG_PASK_OPS=reference``) and batched with csrc's compiled ones (the default when built;
+the row says which ran, from ``/server_info`` ``kernels``).
 
     .venv/bin/python bench/compression_share.py --out bench/results/compression-share
 """
@@ -34,24 +36,31 @@ from server_capacity import (  # noqa: E402
 )
 from sglang_pask.testing import running_server  # noqa: E402
 
+#: (label, environment) of each variant, in the order they run
+VARIANTS = (("request by request", {"SGLANG_PASK_BATCHED_COMPRESSION": "0", "SGLANG_PASK_OPS": "reference"}),
+            ("batched, torch reference", {"SGLANG_PASK_BATCHED_COMPRESSION": "1", "SGLANG_PASK_OPS": "reference"}),
+            ("batched, csrc", {"SGLANG_PASK_BATCHED_COMPRESSION": "1", "SGLANG_PASK_OPS": "csrc"}))
 
-def one(model, policy, n, out_len, dataset, batched: bool, work: Path) -> dict:
-    env = {**os.environ, "SGLANG_PASK_BATCHED_COMPRESSION": "1" if batched else "0"}
+
+def one(model, policy, n, out_len, dataset, variant: str, work: Path) -> dict:
+    env = {**os.environ, **dict(VARIANTS)[variant]}
+    batched = env["SGLANG_PASK_BATCHED_COMPRESSION"] == "1"
     tokens = n * (1200 + out_len) + 512
     flags = [*MATCHED, "--max-total-tokens", str(tokens), "--max-running-requests", str(n), "--pask-policy",
              policy, "--pask-schedule", "continuous", "--pask-interval", "1"]
-    label = f"{n} requests, {'batched' if batched else 'request by request'}"
+    label = f"{n} requests, {variant}"
     print(f"[{label}] starting", flush=True)
     t0 = time.monotonic()
     with running_server(model, flags, env=env) as srv:
-        res = bench_serving(srv, model, dataset, n, n, work / f"out-{n}-{int(batched)}.jsonl")
+        res = bench_serving(srv, model, dataset, n, n, work / f"out-{n}-{variant.replace(' ', '_')}.jsonl")
         pask = server_info(srv)["internal_states"][0].get("pask") or {}
         log = srv.log()
     from server_capacity import DECODE_RE
 
     running = [int(x) for x in DECODE_RE.findall(log)]
     t = pask.get("compression_time") or {}
-    row = {"requests": n, "batched": batched, "max_running_req": max(running, default=0),
+    row = {"requests": n, "variant": variant, "batched": batched, "kernels": pask.get("kernels"),
+           "max_running_req": max(running, default=0),
            "decode_steps": t.get("decode_steps"), "step_s": t.get("step_s"), "compress_s": t.get("compress_s"),
            "share": t["compress_s"] / t["step_s"] if t.get("step_s") else None,
            "ms_per_step": 1e3 * t["step_s"] / t["decode_steps"] if t.get("decode_steps") else None,
@@ -81,18 +90,18 @@ def main(argv=None) -> int:
         for n in [int(x) for x in a.running.split(",")]:
             ds = work / f"data-{n}.jsonl"
             write_dataset(ds, tool_requests(tok, n, a.prompt_tokens, 0), a.output_len)
-            for batched in (False, True):
-                rows.append(one(a.model, a.policy, n, a.output_len, ds, batched, work))
+            for variant, _ in VARIANTS:
+                rows.append(one(a.model, a.policy, n, a.output_len, ds, variant, work))
     meta = run_meta(t0)
     lines = ["# Compression's share of the decode loop (written by bench/compression_share.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, `{a.policy}` under `continuous`, interval 1 (every request compressed at every decode "
              f"step); {a.output_len} output tokens per request, all sent at once.", "",
-             "| requests | compression | max running | decode steps | ms per decode step | compression share | "
-             "output tok/s | median TPOT ms |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| requests | compression | kernels | max running | decode steps | ms per decode step | "
+             "compression share | output tok/s | median TPOT ms |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['requests']} | {'batched' if r['batched'] else 'request by request'} | "
+        lines.append(f"| {r['requests']} | {r['variant']} | {r['kernels']} | "
                      f"{r['max_running_req']} | {r['decode_steps']} | {r['ms_per_step']:.1f} | "
                      f"{100 * r['share']:.2f}% | {r['output_throughput']:.1f} | {r['median_tpot_ms']:.1f} |")
     write_outputs(a.out, {"rows": rows}, meta, "\n".join(lines) + "\n")

@@ -32,6 +32,7 @@ FORBIDDEN = {
     "hf": {"srt"},
     "methods": {"srt"},
     "cli": {"srt"},
+    "ops": {"srt", "methods", "eval", "hf", "policy", "structure"},
 }
 #: where prompts may be rendered / tagged directly
 RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
@@ -46,6 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     # version + lazy API names, path checks, the CPU shim, process conventions, the model-family
     # table (standard library only)
     ("sglang_pask", "paths", "cpu_shim", "process", "model_families"),
+    ("ops",),  # csrc's compiled operators and their torch reference (numpy + torch only)
     ("structure",),  # structural classes, taggers, trackers, request validation
     ("rendering",),  # the one rendering path (SGLang's view of a request + the tagger)
     ("cli",),  # the command registry (env, tag)
