@@ -175,6 +175,11 @@ def test_released_requests_held_budget_fraction(persist_server, client):
     assert ("sglang_pask: pask-tiny-fc.json overrides the policy's operating point: --pask-schedule continuous "
             "(policy: prefill)") in persist_server.log()
     assert state["method"]["policy"]["name"] == json.loads(POLICY.read_text())["name"]
+    # which compression operators run (csrc when `make install` built them), at start-up and here
+    from sglang_pask import ops
+
+    assert state["kernels"] == ops.implementation()
+    assert f"sglang_pask: kernels: {ops.implementation()}" in persist_server.log()
     pools = state["pools"]
     assert pools["full_size"] == MAX_TOTAL and pools["unit_size"] == math.ceil(BUDGET * MAX_TOTAL)
     assert pools["units"] == [[0, 1], [2, 3]]  # one unit per policy group
