@@ -6,7 +6,7 @@
 //     per row r: every held position >= tail_start[r] scores +inf; keep the n[r] held positions of
 //     highest (score, position) -- ties go to the newer position, NaN ranks below every number --,
 //     all of them when n[r] reaches the held count, none when n[r] <= 0. O(T) per row
-//     (nth_element), rows in parallel.
+//     (nth_element over (order key, position) pairs compared as integers), rows in parallel.
 //   take_slots(mapping int64[U, F], unit int, full_ids int64[N]) -> int64[M]
 //     the unit's slots of full_ids that are held (> 0), in full_ids order, and those mapping
 //     entries set to 0: a drop's slot lookup and mapping rewrite in one pass. full_ids are unique
@@ -17,10 +17,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace {
+
+// a uint64 whose unsigned order is the score order: -inf < ... < +inf, NaN (any payload) lowest
+inline uint64_t order_key(double v) {
+  if (std::isnan(v)) return 0;
+  uint64_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u >> 63) ? ~u : (u | (uint64_t{1} << 63));
+}
 
 at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, const at::Tensor& n,
                           const at::Tensor& tail_start) {
@@ -38,33 +50,25 @@ at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, cons
   const int64_t* np_ = nn.data_ptr<int64_t>();
   const int64_t* tp = ts.data_ptr<int64_t>();
   bool* op = out.data_ptr<bool>();
-  at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> idx;
-    std::vector<double> key;
+  // rows in parallel, about 64k positions per task: below that, waking a second thread costs
+  // more than it saves (measured: 64 x 1,200 took 0.8 ms on one thread, 2.8 ms on two busy cores)
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(T, 1));
+  at::parallel_for(0, R, grain, [&](int64_t begin, int64_t end) {
+    // (order key, position): larger is better; compared as unsigned integers, ties to the newer
+    std::vector<std::pair<uint64_t, int64_t>> cand;
     for (int64_t r = begin; r < end; ++r) {
       const bool* hr = hp + r * T;
       const double* sr = sp + r * T;
       bool* orow = op + r * T;
       const int64_t want = np_[r];
       if (want <= 0) continue;
-      idx.clear();
+      cand.clear();
       for (int64_t t = 0; t < T; ++t)
-        if (hr[t]) idx.push_back(t);
-      if (static_cast<int64_t>(idx.size()) <= want) {
-        for (int64_t t : idx) orow[t] = true;
-        continue;
-      }
-      key.assign(T, 0.0);
-      for (int64_t t : idx) key[t] = t >= tp[r] ? std::numeric_limits<double>::infinity() : sr[t];
-      // strict weak order, best first: NaN last, then score descending, then position descending
-      auto better = [&](int64_t a, int64_t b) {
-        const bool na = std::isnan(key[a]), nb = std::isnan(key[b]);
-        if (na != nb) return nb;
-        if (!na && key[a] != key[b]) return key[a] > key[b];
-        return a > b;
-      };
-      std::nth_element(idx.begin(), idx.begin() + want, idx.end(), better);
-      for (int64_t i = 0; i < want; ++i) orow[idx[i]] = true;
+        if (hr[t]) cand.emplace_back(order_key(t >= tp[r] ? std::numeric_limits<double>::infinity() : sr[t]), t);
+      if (static_cast<int64_t>(cand.size()) > want)
+        std::nth_element(cand.begin(), cand.begin() + want, cand.end(), std::greater<>());
+      const int64_t keep = std::min<int64_t>(want, static_cast<int64_t>(cand.size()));
+      for (int64_t i = 0; i < keep; ++i) orow[cand[i].second] = true;
     }
   });
   return out;
