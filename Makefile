@@ -33,7 +33,7 @@ install: $(STAMP)
 # the modules actually imported on first use instead.
 # The csrc extension (torch.ops.sglang_pask.*) is built in place after the editable install; a
 # build failure prints why and the torch reference runs (see setup.py).
-CSRC := $(wildcard csrc/cpu/*.cpp csrc/cuda/*.cu csrc/cuda/*.cpp)
+CSRC := $(wildcard csrc/*.h csrc/cpu/*.cpp csrc/cuda/*.cu csrc/cuda/*.cpp)
 $(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py $(CSRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --no-deps -r requirements/build.txt

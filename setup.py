@@ -18,6 +18,7 @@ from setuptools import find_packages, setup
 
 CPU_SOURCES = ["csrc/cpu/pask_ops.cpp"]
 CUDA_SOURCES = ["csrc/cuda/pask_ops_kernels.cu", "csrc/cuda/pask_ops_cuda.cpp"]
+HEADERS = ["csrc/pask_ops_checks.h"]
 EXT = "sglang_pask._pask_ops"
 
 
@@ -34,9 +35,9 @@ def _extension_args() -> dict:
     flags = {"cxx": ["-O3", "-std=c++20"]}
     if torch.cuda.is_available() and cpp_extension.CUDA_HOME:
         ext = cpp_extension.CUDAExtension(EXT, CPU_SOURCES + CUDA_SOURCES,
-                                          extra_compile_args={**flags, "nvcc": ["-O3", "-std=c++20"]})
+                                          extra_compile_args={**flags, "nvcc": ["-O3", "-std=c++20"]}, depends=HEADERS)
     else:
-        ext = cpp_extension.CppExtension(EXT, CPU_SOURCES, extra_compile_args=flags["cxx"])
+        ext = cpp_extension.CppExtension(EXT, CPU_SOURCES, extra_compile_args=flags["cxx"], depends=HEADERS)
 
     class OptionalBuild(cpp_extension.BuildExtension):
         """A compiler error leaves the package installed without the extension (and says so)."""

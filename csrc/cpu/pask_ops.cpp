@@ -15,6 +15,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "../pask_ops_checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,10 +38,8 @@ inline uint64_t order_key(double v) {
 
 at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, const at::Tensor& n,
                           const at::Tensor& tail_start) {
-  TORCH_CHECK(held.dim() == 2 && held.scalar_type() == at::kBool, "top_n_mask: held must be bool [R, T]");
-  TORCH_CHECK(scores.sizes() == held.sizes(), "top_n_mask: scores must have held's shape [R, T]");
+  pask::check_top_n_args(held, scores, n, tail_start);
   const int64_t R = held.size(0), T = held.size(1);
-  TORCH_CHECK(n.numel() == R && tail_start.numel() == R, "top_n_mask: n and tail_start must be [R]");
   const auto h = held.contiguous();
   const auto s = scores.to(at::kDouble).contiguous();
   const auto nn = n.to(at::kLong).contiguous();
@@ -75,9 +75,8 @@ at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, cons
 }
 
 at::Tensor take_slots_cpu(at::Tensor mapping, int64_t unit, const at::Tensor& full_ids) {
-  TORCH_CHECK(mapping.dim() == 2 && mapping.scalar_type() == at::kLong && mapping.is_contiguous(),
-              "take_slots: mapping must be a contiguous int64 [U, F]");
-  TORCH_CHECK(unit >= 0 && unit < mapping.size(0), "take_slots: unit ", unit, " out of range");
+  pask::check_take_slots_args(mapping, unit);
+  TORCH_CHECK(mapping.is_contiguous(), "take_slots: mapping must be contiguous");
   const auto ids = full_ids.to(at::kLong).contiguous();
   const int64_t F = mapping.size(1), N = ids.numel();
   int64_t* row = mapping.data_ptr<int64_t>() + unit * F;

@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "../pask_ops_checks.h"
+
 extern "C" cudaError_t pask_top_n_mask_cuda(const bool* held, const double* scores, const int64_t* n,
                                             const int64_t* tail_start, bool* out, int64_t R, int64_t T,
                                             cudaStream_t stream);
@@ -14,10 +16,8 @@ namespace {
 
 at::Tensor top_n_mask_cuda(const at::Tensor& held, const at::Tensor& scores, const at::Tensor& n,
                            const at::Tensor& tail_start) {
-  TORCH_CHECK(held.dim() == 2 && held.scalar_type() == at::kBool, "top_n_mask: held must be bool [R, T]");
-  TORCH_CHECK(scores.sizes() == held.sizes(), "top_n_mask: scores must have held's shape [R, T]");
+  pask::check_top_n_args(held, scores, n, tail_start);
   const int64_t R = held.size(0), T = held.size(1);
-  TORCH_CHECK(n.numel() == R && tail_start.numel() == R, "top_n_mask: n and tail_start must be [R]");
   const c10::cuda::CUDAGuard guard(held.device());
   const auto h = held.contiguous();
   const auto s = scores.to(at::kDouble).contiguous();
@@ -33,8 +33,7 @@ at::Tensor top_n_mask_cuda(const at::Tensor& held, const at::Tensor& scores, con
 
 // the unit's held slots of full_ids, in order, and those entries zeroed (ATen ops on the device)
 at::Tensor take_slots_cuda(at::Tensor mapping, int64_t unit, const at::Tensor& full_ids) {
-  TORCH_CHECK(mapping.dim() == 2 && mapping.scalar_type() == at::kLong, "take_slots: mapping must be int64 [U, F]");
-  TORCH_CHECK(unit >= 0 && unit < mapping.size(0), "take_slots: unit ", unit, " out of range");
+  pask::check_take_slots_args(mapping, unit);
   auto row = mapping.select(0, unit);
   const auto ids = full_ids.to(mapping.device(), at::kLong);
   const auto slots = row.index_select(0, ids);
