@@ -92,7 +92,8 @@ def main(argv=None) -> int:
         print(f"{label}: {n}/{len(outs)} exact", flush=True)
     meta = run_meta(t0)
     lines = ["# Everyday tool requests on the real model (written by bench/real_model_everyday.py)", "",
-             f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, {meta['wall_s']:.0f} s). "
+             f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
+             f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, reference runner, constrained, greedy, prefill schedule, budget {a.budget:g} "
              "(Full KV: none). Twelve hand-written requests (bench/data/everyday_tool_requests.json), each with "
              "three tools; exact = the gold tool with every argument equal.", "",

@@ -6,6 +6,8 @@ the extension was built, else their reference (:mod:`.reference`, same contracts
 ``/server_info``). ``SGLANG_PASK_OPS=reference`` forces the reference (for A/B runs and tests).
 The extension is ``sglang_pask/_pask_ops*.so``, built by ``make install`` (setup.py build_ext
 --inplace); it registers its operators with torch, so it is loaded with ``torch.ops.load_library``.
+torch is imported on first use, not here: ``pask``'s command discovery imports every subpackage,
+and a bad argument must be refused before torch loads (``test_paths_cli.py``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import functools
 import glob
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from sglang_pask.ops import reference
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["implementation", "top_n_mask", "take_slots", "compiled"]
 
@@ -29,6 +32,8 @@ def _load() -> tuple[object, str]:
     """(``torch.ops.sglang_pask`` or None, a one-line description of what runs)."""
     if os.environ.get(ENV) == "reference":
         return None, f"torch reference ({ENV}=reference)"
+    import torch
+
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found = sorted(glob.glob(os.path.join(here, "_pask_ops*.so")))
     if not found:
@@ -57,7 +62,11 @@ def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: 
     """bool ``[R, T]`` (:func:`.reference.top_n_mask`'s contract), compiled when available."""
     ops = compiled()
     if ops is None:
+        from sglang_pask.ops import reference
+
         return reference.top_n_mask(held, scores, n, tail_start)
+    import torch
+
     out = ops.top_n_mask(torch.from_numpy(np.ascontiguousarray(held, dtype=bool)),
                          torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float64)),
                          torch.from_numpy(np.ascontiguousarray(n, dtype=np.int64)),
@@ -65,10 +74,12 @@ def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: 
     return out.numpy()
 
 
-def take_slots(mapping: torch.Tensor, unit: int, full_ids: torch.Tensor) -> torch.Tensor:
+def take_slots(mapping: "torch.Tensor", unit: int, full_ids: "torch.Tensor") -> "torch.Tensor":
     """int64 ``[M]`` (:func:`.reference.take_slots`'s contract; ``mapping`` changed in place),
     compiled when available and ``mapping`` is contiguous."""
     ops = compiled()
     if ops is None or not mapping.is_contiguous():
+        from sglang_pask.ops import reference
+
         return reference.take_slots(mapping, unit, full_ids)
     return ops.take_slots(mapping, int(unit), full_ids)
