@@ -76,7 +76,7 @@ def main(argv=None) -> int:
             cells.append((name, opts, None))
     rows = []
     for name, opts, pol in cells:
-        label = f"pask ({Path(pol).name})" if pol else (name + "".join(f" {k}={v}" for k, v in opts.items()))
+        label = f"pask ({pol})" if pol else (name + "".join(f" {k}={v}" for k, v in opts.items()))
         kw = {"policy": load_policy(pol, model_dir=a.model)} if pol else {}
         outs = []
         for body, gold in reqs:
