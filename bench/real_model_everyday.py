@@ -1,6 +1,6 @@
 """Twelve everyday tool requests (bench/data/everyday_tool_requests.json) on the real model through
 the reference runner, per KV method at one budget: how many exact calls (tool name and every
-argument equal to the gold call, numbers compared as numbers) each method makes. A smoke set for
+argument accepted by BFCL's rule: strings standardized, lists of acceptable values) each method makes. A smoke set for
 reports, never for choosing anything (the BFCL calib split does that). Constrained
 (``tool_choice="required"``), greedy, the prefill schedule for every method (as the budget table).
 Writes report.md, results.json, meta.json into ``--out``.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -34,8 +35,27 @@ def requests() -> list[tuple[dict, dict]]:
     return out
 
 
+def standardize(text: str) -> str:
+    """BFCL's string rule (its ast_checker's ``standardize_string``): no spaces or ,./-_*^, lower case."""
+    return re.sub(r"[ ,./\-_*^]", "", text).lower().replace("'", '"')
+
+
+def _matches(value, accepted: list) -> bool:
+    for a in accepted:
+        if isinstance(a, str) and isinstance(value, str) and standardize(a) == standardize(value):
+            return True
+        if not isinstance(a, str) and type(a) is type(value) and a == value:
+            return True
+        if isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(value, (int, float)) \
+                and not isinstance(value, bool) and float(a) == float(value):
+            return True
+    return False
+
+
 def exact(calls: list, gold: dict) -> bool:
-    """One call, the gold tool, arguments equal to the gold's (json values; 3 == 3.0)."""
+    """BFCL's rule for one call: the gold tool; every argument given is a gold argument with an
+    accepted value (``gold["arguments"]``: name -> list of accepted values, "" = may be omitted);
+    every gold argument not marked optional is given."""
     if len(calls) != 1:
         return False
     c = calls[0]
@@ -46,7 +66,12 @@ def exact(calls: list, gold: dict) -> bool:
             args = json.loads(args)
         except json.JSONDecodeError:
             return False
-    return name == gold["name"] and args == gold["arguments"]
+    if name != gold["name"] or not isinstance(args, dict):
+        return False
+    want = gold["arguments"]
+    if set(args) - set(want) or any(k not in args and "" not in v for k, v in want.items()):
+        return False
+    return all(_matches(v, want[k]) for k, v in args.items())
 
 
 def main(argv=None) -> int:
@@ -96,7 +121,8 @@ def main(argv=None) -> int:
              f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, reference runner, constrained, greedy, prefill schedule, budget {a.budget:g} "
              "(Full KV: none). Twelve hand-written requests (bench/data/everyday_tool_requests.json), each with "
-             "three tools; exact = the gold tool with every argument equal.", "",
+             "three tools; exact = BFCL's rule: the gold tool, every argument accepted (strings standardized as "
+             "BFCL does), none missing or extra.", "",
              "| method | exact calls |", "|---|---:|"]
     lines += [f"| {r['method']} | {r['exact']}/{r['n']} |" for r in rows]
     lines += ["", "Misses (first 6 per method):", ""]
