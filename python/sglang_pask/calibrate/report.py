@@ -122,7 +122,8 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
     lines += ["", "## Family search (fit entries, calib)", "",
               "Coordinate search (`calibrate/search.py`) over the family of `calibrate/family.py`: w = "
               "recent window as a fraction of b x mean prompt length, k = sensitive classes with floor 1, "
-              "residual shares proportional to D^alpha x (g+1)^tilt, sinks. Rows in scoring order; the "
+              "residual shares proportional to D^alpha x (g+1)^tilt, sinks, pin = classes floored in every group "
+              "(names: tool and parameter names; +values: enum values and the query too). Rows in scoring order; the "
               "chosen member in bold.", ""]
     for b, s in doc.get("search", {}).items():
         objective = s.get("objective", "accuracy")
