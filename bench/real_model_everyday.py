@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from server_capacity import run_meta, write_outputs  # noqa: E402
+from sglang_pask.eval.checker import standardize_string  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "everyday_tool_requests.json"
 
@@ -35,14 +35,9 @@ def requests() -> list[tuple[dict, dict]]:
     return out
 
 
-def standardize(text: str) -> str:
-    """BFCL's string rule (its ast_checker's ``standardize_string``): no spaces or ,./-_*^, lower case."""
-    return re.sub(r"[ ,./\-_*^]", "", text).lower().replace("'", '"')
-
-
 def _matches(value, accepted: list) -> bool:
     for a in accepted:
-        if isinstance(a, str) and isinstance(value, str) and standardize(a) == standardize(value):
+        if isinstance(a, str) and isinstance(value, str) and standardize_string(a) == standardize_string(value):
             return True
         if not isinstance(a, str) and type(a) is type(value) and a == value:
             return True

@@ -17,7 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTile = 1024;
 
-__device__ __forceinline__ double key_of(const bool* held, const double* scores, int64_t t, int64_t tail) {
+__device__ __forceinline__ double key_of(const double* scores, int64_t t, int64_t tail) {
   return t >= tail ? INFINITY : scores[t];
 }
 
@@ -44,7 +44,7 @@ __global__ void top_n_mask_kernel(const bool* __restrict__ held, const double* _
   for (int64_t base = 0; base < T; base += kThreads) {
     const int64_t t = base + threadIdx.x;
     const bool mine = t < T && hr[t];
-    const double k = mine ? key_of(hr, sr, t, tail) : 0.0;
+    const double k = mine ? key_of(sr, t, tail) : 0.0;
     int64_t above = 0;
     for (int64_t start = 0; start < T; start += kTile) {
       if (threadIdx.x == 0) tcount = 0;
@@ -52,7 +52,7 @@ __global__ void top_n_mask_kernel(const bool* __restrict__ held, const double* _
       for (int64_t j = start + threadIdx.x; j < start + kTile && j < T; j += kThreads) {
         if (hr[j]) {
           const int slot = atomicAdd(&tcount, 1);
-          tkey[slot] = key_of(hr, sr, j, tail);
+          tkey[slot] = key_of(sr, j, tail);
           tpos[slot] = j;
         }
       }

@@ -56,6 +56,15 @@ def _load():
         return _import_checker()
 
 
+def standardize_string(text: str) -> str:
+    """BFCL's own string rule (``ast_checker.standardize_string``: no spaces or ,./-_*^, lower
+    case), loaded the same way as the checker."""
+    _load()
+    from bfcl_eval.eval_checker.ast_eval.ast_checker import standardize_string as bfcl_standardize
+
+    return bfcl_standardize(text)
+
+
 def _import_checker():
     os.environ.setdefault("BFCL_PROJECT_ROOT", os.path.join(tempfile.gettempdir(), "pask_bfcl_root"))
     os.makedirs(os.environ["BFCL_PROJECT_ROOT"], exist_ok=True)
