@@ -23,6 +23,9 @@ TOOL_STRICT ?= 0
 # The model's tool-call parser: the table of model families (python/sglang_pask/model_families.py)
 TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL))
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (conftest.py groups the tests that share a server on one worker)
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: install serve test test-fast bench lint model clean-venv csrc-check
 
@@ -31,16 +34,21 @@ install: $(STAMP)
 # Idempotent: reruns only when the pins or the package metadata change. --no-compile: pip would
 # byte-compile every file of torch and SGLang (about 80 s of a 145 s install here); Python compiles
 # the modules actually imported on first use instead.
-# The csrc extension (torch.ops.sglang_pask.*) is built in place after the editable install; a
-# build failure prints why and the torch reference runs (see setup.py).
+# The csrc extension (torch.ops.sglang_pask.*) is built in place once torch is in; a build failure
+# prints why and the torch reference runs (see setup.py).
 CSRC := $(wildcard csrc/*.h csrc/cpu/*.cpp csrc/cuda/*.cu csrc/cuda/*.cpp)
-$(STAMP): requirements/cpu.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py $(CSRC)
+$(STAMP): requirements/cpu.txt requirements/torch.txt requirements/eval.txt requirements/test.txt requirements/build.txt setup.py $(CSRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --no-deps -r requirements/build.txt
-	$(PIP) install -q --no-compile --no-deps $(TORCH) $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/eval.txt -r requirements/test.txt
-	$(PIP) install -q --no-deps --no-build-isolation -e .
-	@t=$$(date +%s); $(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -i "warning\|^ *[0-9]* |\|^ *|\|~~\|\^" || true; \
-		echo "sglang_pask: csrc build step took $$(( $$(date +%s) - t ))s; kernels: $$($(PY) -c 'from sglang_pask import ops; print(ops.implementation())')"
+	$(PIP) install -q --no-compile --no-deps $(TORCH) -r requirements/torch.txt
+	@# the csrc build needs torch only: it compiles (one core) while pip installs the rest; the
+	@# editable install skips it (SGLANG_PASK_NO_CSRC=1: it would import torch twice for nothing)
+	@t=$$(date +%s); ( $(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -i "warning\|^ *[0-9]* |\|^ *|\|~~\|\^"; \
+		echo "sglang_pask: csrc build step took $$(( $$(date +%s) - t ))s (next to pip)" ) > $(VENV)/csrc-build.log 2>&1 & csrc=$$!; \
+	$(PIP) install -q --no-compile --no-deps $(SGLANG) $(XGRAMMAR) -r requirements/cpu.txt -r requirements/eval.txt -r requirements/test.txt \
+		&& SGLANG_PASK_NO_CSRC=1 $(PIP) install -q --no-deps --no-build-isolation -e .; status=$$?; \
+	wait $$csrc; cat $(VENV)/csrc-build.log; exit $$status
+	@echo "sglang_pask: kernels: $$($(PY) -c 'from sglang_pask import ops; print(ops.implementation())')"
 	$(PY) -m sglang_pask.cpu_shim.install_pth
 	$(PY) -m sglang_pask.cli env
 	@touch $(STAMP)
@@ -56,11 +64,11 @@ serve: install
 		$(if $(POLICY),--pask-policy $(POLICY)) $(SERVE_ARGS)
 
 test: install
-	$(PY) -m pytest test $(PYTEST_ARGS)
+	$(PY) -m pytest test $(XDIST) $(PYTEST_ARGS)
 
 # The developer's loop: every test that starts no server (2.9 min on 2 cores).
 test-fast: install
-	$(PY) -m pytest test -m "not server" $(PYTEST_ARGS)
+	$(PY) -m pytest test -m "not server" $(XDIST) $(PYTEST_ARGS)
 
 # Compile-check csrc's CUDA sources with nvcc (nothing built here runs without a GPU; CI runs it).
 csrc-check: install

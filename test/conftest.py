@@ -22,17 +22,37 @@ SLEEP = ["--sleep-on-idle"]
 _SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server", "fc_server")
 
 
+#: session-scoped fixtures that start a server: every module using one runs on the same xdist worker
+_SESSION_SERVERS = ("pask_server", "fc_server")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark ``server`` every test that starts a real SGLang server (or uses the shared one), so
     ``pytest -m "not server"`` runs the rest: a test that asks for ``pask_server``, or any test of
-    a module whose source starts one (``running_server``, ``launch_server``)."""
+    a module whose source starts one (``running_server``, ``launch_server``).
+
+    Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every test gets an
+    ``xdist_group``: its module (module-scoped fixtures, a module's server, are set up once), or,
+    for the modules that share a session server, that server's name (so each session server
+    starts once in the whole run, not once per worker). Server modules are sent first: they are
+    the long work units, and the many short ones then even out the two workers' tails."""
     starts: dict[str, bool] = {}
+    shared: dict[str, str] = {}  # module path -> the session server it uses
     for item in items:
         path = str(item.path)
         if path not in starts:
             starts[path] = any(w in Path(path).read_text(encoding="utf-8") for w in _SERVER_WORDS)
-        if {"pask_server", "fc_server"} & set(getattr(item, "fixturenames", ())) or starts[path]:
+        used = [s for s in _SESSION_SERVERS if s in getattr(item, "fixturenames", ())]
+        if used:
+            if shared.setdefault(path, used[0]) != used[0] or len(used) > 1:
+                raise pytest.UsageError(f"{path}: uses more than one session server ({used}); "
+                                        "its tests could not share one xdist worker with both")
+        if used or starts[path]:
             item.add_marker(pytest.mark.server)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(shared.get(str(item.path), item.path.name)))
+    items.sort(key=lambda item: not item.get_closest_marker("server"))  # stable: file order within
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ GGUF's ``tokenizer.chat_template`` verbatim).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +47,31 @@ class Speed:
     def row(self) -> str:
         return (f"| {self.dtype} | {self.load_s:.1f} | {self.prompt_tokens / self.prefill_s:.0f} "
                 f"| {self.decode_tokens / self.decode_s:.1f} | {self.load_s + self.forward_s:.1f} |")
+
+
+@contextlib.contextmanager
+def one_reader():
+    """While active, ``gguf.GGUFReader(path)`` parses a file once and returns the same reader after.
+    transformers opens the GGUF anew on every call (the config, the tensors, the tokenizer), and each
+    open parses every metadata field -- the 151,936-entry vocabulary and its merges, most of a
+    build's parse time. Safe to share: a reader is a read-only memory map and the fields parsed
+    from it; transformers only reads them."""
+    import gguf
+
+    real = gguf.GGUFReader
+    readers: dict[tuple[str, str], object] = {}
+
+    def reader(path, mode: str = "r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
 
 
 def dequantize(gguf: Path):
@@ -167,15 +193,16 @@ def convert(gguf: Path, out: Path, staging: Path) -> dict:
     """Write the folder ``out`` (via ``staging``, removed after); a record of what was measured."""
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    t0 = time.perf_counter()
-    config, tensors = dequantize(gguf)
-    model = build(config, tensors)
-    del tensors
-    dequant_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    tok_dir = staging / "tokenizer"
-    template = save_tokenizer(gguf, tok_dir, config.max_position_embeddings)
-    tokenizer_s = time.perf_counter() - t0
+    with one_reader():  # the file is parsed once for the config, the tensors and the tokenizer
+        t0 = time.perf_counter()
+        config, tensors = dequantize(gguf)
+        model = build(config, tensors)
+        del tensors
+        dequant_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tok_dir = staging / "tokenizer"
+        template = save_tokenizer(gguf, tok_dir, config.max_position_embeddings)
+        tokenizer_s = time.perf_counter() - t0
     for dtype in DTYPES[::-1]:  # float32 first: the cast to bf16 is lossy, the reverse is not needed
         save_weights(model, staging / dtype, dtype)
     n_params = sum(p.numel() for p in model.parameters())
