@@ -7,9 +7,10 @@
 # Rows: Full; StreamingLLM; SnapKV per layer (our default) and per KV head (its authors'); PyramidKV;
 # H2O with kvpress's normalised scores; PASK with the uncalibrated prior (4 groups of 6 layers);
 # PASK calibrated when $CALIBRATED names its policy (`pask calibrate` on bfcl:all:calib=..., disjoint
-# by id). Schedule: prefill for every method -- the stronger one for every baseline at every budget
-# in the tiny model's calib sweep (bench/results/pask-tiny-fc-calib-baselines-n100); not re-chosen
-# on this model, nothing chosen on its eval entries.
+# by id; each budget runs its own NAME.bB.json when there is one). Schedule: prefill for every
+# method -- the stronger one for every baseline at every budget in the tiny model's calib sweep
+# (bench/results/pask-tiny-fc-calib-baselines-n100); not re-chosen on this model, nothing chosen on
+# its eval entries.
 #   K=5 bash bench/real_model_table.sh      # resumable: rerun to finish; hours on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,18 +28,26 @@ PASK=.venv/bin/pask
 [[ -f "$PRIOR" ]] || $PASK policy prior --model "$MODEL" --groups "$GROUPS_N" --budget 0.33 --out "$PRIOR"
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
-common=(--model "$MODEL" --data "bfcl:all:eval=$K" --budgets "$BUDGETS" --schedules prefill
+common=(--model "$MODEL" --data "bfcl:all:eval=$K" --schedules prefill
         --tool-choice required --max-tokens "$MAX_TOKENS" --no-progress)
-$PASK sweep "${common[@]}" --policy "$PRIOR" \
+$PASK sweep "${common[@]}" --budgets "$BUDGETS" --policy "$PRIOR" \
   --methods full,streaming,snapkv,snapkv:per_head=true,pyramidkv,h2o:normalize=true,pask \
   --out "$OUT/prior" --results "$RESULTS/prior"
 runs=("$OUT"/prior/*/)
 if [[ -n "${CALIBRATED:-}" ]]; then
-  $PASK sweep "${common[@]}" --policy "$CALIBRATED" --methods pask --out "$OUT/calibrated" \
-    --results "$RESULTS/calibrated"
-  runs+=("$OUT"/calibrated/*/)
+  # each budget with its own calibrated policy (NAME.bB.json next to CALIBRATED, as `pask calibrate`
+  # writes them; CALIBRATED itself where a budget has none): one sweep per budget
+  IFS=, read -ra budgets <<< "$BUDGETS"
+  for b in "${budgets[@]}"; do
+    policy="${CALIBRATED%.json}.b$b.json"
+    [[ -f "$policy" ]] || policy=$CALIBRATED
+    echo "calibrated PASK at b=$b: $policy"
+    $PASK sweep "${common[@]}" --budgets "$b" --policy "$policy" --methods pask --out "$OUT/calibrated-b$b" \
+      --results "$RESULTS/calibrated-b$b"
+    runs+=("$OUT/calibrated-b$b"/*/)
+  done
 fi
 $PASK report "${runs[@]}" --out "$RESULTS" >/dev/null
 cat "$RESULTS/report.md"
-printf 'command: K=%s bash bench/real_model_table.sh\n' "$K" > "$RESULTS/meta.txt"
+printf 'command: K=%s%s bash bench/real_model_table.sh\n' "$K" "${CALIBRATED:+ CALIBRATED=$CALIBRATED}" > "$RESULTS/meta.txt"
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "$RESULTS/wall.txt"
