@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fixture_progress import pytest_fixture_setup  # noqa: F401  (a hook: progress for slow fixtures)
+from xdist_groups import pytest_collection_modifyitems  # noqa: F401  (a hook: server marks, xdist groups)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"
@@ -17,60 +18,6 @@ TINY_FC = ROOT / "models" / "pask-tiny-fc"
 #: every session server sleeps when idle: an idle SGLang scheduler otherwise spins a whole core
 #: for the rest of the session (on 2 cores, half the machine)
 SLEEP = ["--sleep-on-idle"]
-
-
-_SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server", "fc_server")
-
-
-#: session-scoped fixtures that start a server: every module that names one (as a fixture argument
-#: or through ``request.getfixturevalue``) runs on the same xdist worker
-_SESSION_SERVERS = ("pask_server", "fc_server")
-#: seconds of worker time per xdist group in a fresh-clone CI run (f1fd4ec, before byte-compiling):
-#: used only to send the long groups first (longest first: the two workers' tails even out); a group
-#: not listed counts by its marker (a server module 60, any other 0), so a wrong or stale figure
-#: costs balance, never a test
-_GROUP_SECONDS = {"fc_server": 564, "test_srt_radix_server.py": 292, "pask_server": 193,
-                  "test_server_lifecycle.py": 169, "test_eval_server_dies.py": 150,
-                  "test_realmodel_live.py": 121, "test_calibrate.py": 110, "test_server_dp.py": 107}
-
-
-def _session_server(path: Path) -> str | None:
-    """The session server a test module uses (named in its source), or None; one at most."""
-    text = path.read_text(encoding="utf-8")
-    used = [s for s in _SESSION_SERVERS if s in text]
-    if len(used) > 1:
-        raise pytest.UsageError(f"{path.name}: uses more than one session server ({', '.join(used)}); "
-                                "its tests could not share one xdist worker with both")
-    return used[0] if used else None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    """Mark ``server`` every test that starts a real SGLang server (or uses a shared one), so
-    ``pytest -m "not server"`` runs the rest: any test of a module whose source starts one
-    (``running_server``, ``launch_server``) or names a session server.
-
-    Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every test gets an
-    ``xdist_group``: its module (module-scoped fixtures, a module's server, are set up once), or,
-    for the modules that share a session server, that server's name (so each session server
-    starts once in the whole run, not once per worker). Groups are sent longest first
-    (:data:`_GROUP_SECONDS`), modules in file order within a group."""
-    modules: dict[Path, tuple[bool, str]] = {}  # path -> (starts a server, xdist group)
-    for item in items:
-        if item.path not in modules:
-            shared = _session_server(item.path)
-            starts = shared is not None or any(w in item.path.read_text(encoding="utf-8") for w in _SERVER_WORDS)
-            modules[item.path] = (starts, shared or item.path.name)
-        starts, group = modules[item.path]
-        if starts:
-            item.add_marker(pytest.mark.server)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-    def weight(item) -> float:
-        starts, group = modules[item.path]
-        return _GROUP_SECONDS.get(group, 60 if starts else 0)
-
-    items.sort(key=lambda item: -weight(item))  # stable: file order within a weight
 
 
 @pytest.fixture(scope="session")
