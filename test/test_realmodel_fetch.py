@@ -149,3 +149,32 @@ def test_cli_second_run_prints_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sglang_pask.cli", "fetch-model", "--out", str(out),
                         "--cache", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.count("\n") == 1 and "nothing to do" in r.stdout
+
+
+def test_one_reader_parses_a_gguf_once_and_restores_the_reader(tmp_path):
+    """``convert.one_reader``: inside, every open of one file (as transformers' config, tensor and
+    tokenizer loads do, each by its own ``from gguf import GGUFReader``) gets the same parsed
+    reader; another file gets its own; outside, ``gguf.GGUFReader`` is the real class again."""
+    import gguf
+    import numpy as np
+    from sglang_pask.realmodel.convert import one_reader
+
+    paths = []
+    for name in ("a.gguf", "b.gguf"):
+        w = gguf.GGUFWriter(str(tmp_path / name), "qwen2")
+        w.add_uint32("test.value", 7)
+        w.add_tensor("t", np.arange(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths.append(tmp_path / name)
+    real = gguf.GGUFReader
+    with one_reader():
+        from gguf import GGUFReader  # what transformers does, inside each load
+
+        first = GGUFReader(paths[0])
+        assert GGUFReader(str(paths[0])) is first and GGUFReader(paths[1]) is not first
+        assert int(first.fields["test.value"].parts[-1][0]) == 7
+        assert first.tensors[0].data.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert gguf.GGUFReader is real and isinstance(real(paths[0]), real)
