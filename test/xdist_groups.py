@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-#: a module whose source holds one of these starts a real SGLang server (or uses a shared one)
-SERVER_WORDS = ("running_server", "sglang_pask.launch_server", "pask_server", "fc_server")
 #: conftest's session-scoped fixtures that start a server
 SESSION_SERVERS = ("pask_server", "fc_server")
+#: a module whose source holds one of these (or names a session server) starts a real SGLang server
+SERVER_WORDS = ("running_server", "sglang_pask.launch_server")
 #: seconds of worker time per group in a fresh-clone CI run (f1fd4ec, before byte-compiling): used
 #: only to send the long groups first (longest first: the two workers' tails even out); a group not
 #: listed counts by its mark (a server module 60, any other 0), so a wrong or stale figure costs
