@@ -3,7 +3,8 @@ requests (written by this script: report.md, results.json, meta.json into ``--ou
 
 Each server is this project's launcher with ``--pask-policy`` under the ``continuous`` schedule at
 interval 1 (the rule that compresses every request at every decode step: the worst case for
-compression's cost; the policy's own ``prefill`` point compresses once per request), KV for every
+compression's cost; ``--point policy``: the policy's own operating point, e.g. ``prefill``, which
+compresses once per request), KV for every
 request at once, no radix cache. The same N tool requests (~1,100 prompt tokens, ``--output-len``
 tokens each) are sent at once through SGLang's ``bench_serving``. The share is the server's own
 timers (``/server_info`` ``compression_time``: seconds inside the compression hook / seconds
@@ -13,6 +14,7 @@ between consecutive decode steps). Three variants per N: request by request
 the row says which ran, from ``/server_info`` ``kernels``).
 
     .venv/bin/python bench/compression_share.py --out bench/results/compression-share
+    .venv/bin/python bench/compression_share.py --point policy --out bench/results/compression-share-defaults
 """
 
 from __future__ import annotations
@@ -36,18 +38,30 @@ from server_capacity import (  # noqa: E402
 )
 from sglang_pask.testing import running_server  # noqa: E402
 
-#: (label, environment) of each variant, in the order they run
+#: (label, environment) of each variant, in the order they run; ``--variants`` names them by key
 VARIANTS = (("request by request", {"SGLANG_PASK_BATCHED_COMPRESSION": "0", "SGLANG_PASK_OPS": "reference"}),
             ("batched, torch reference", {"SGLANG_PASK_BATCHED_COMPRESSION": "1", "SGLANG_PASK_OPS": "reference"}),
             ("batched, csrc", {"SGLANG_PASK_BATCHED_COMPRESSION": "1", "SGLANG_PASK_OPS": "csrc"}))
+VARIANT_KEYS = dict(zip(("request", "reference", "csrc"), (v for v, _ in VARIANTS)))
 
 
-def one(model, policy, n, out_len, dataset, variant: str, work: Path) -> dict:
+def point_flags(point: str) -> list[str]:
+    """``continuous:I`` (that schedule and interval) or ``policy`` (no flags: the policy's own
+    operating point, what ``--pask-policy`` alone serves)."""
+    if point == "policy":
+        return []
+    schedule, _, interval = point.partition(":")
+    if schedule != "continuous" or not interval.isdigit() or int(interval) < 1:
+        raise SystemExit(f"--point {point!r}: expected 'policy' or 'continuous:I' (I >= 1)")
+    return ["--pask-schedule", "continuous", "--pask-interval", interval]
+
+
+def one(model, policy, n, out_len, dataset, variant: str, work: Path, point: str = "continuous:1") -> dict:
     env = {**os.environ, **dict(VARIANTS)[variant]}
     batched = env["SGLANG_PASK_BATCHED_COMPRESSION"] == "1"
     tokens = n * (1200 + out_len) + 512
     flags = [*MATCHED, "--max-total-tokens", str(tokens), "--max-running-requests", str(n), "--pask-policy",
-             policy, "--pask-schedule", "continuous", "--pask-interval", "1"]
+             policy, *point_flags(point)]
     label = f"{n} requests, {variant}"
     print(f"[{label}] starting", flush=True)
     t0 = time.monotonic()
@@ -78,8 +92,15 @@ def main(argv=None) -> int:
     p.add_argument("--running", default="16,64", help="requests sent at once (and running at once)")
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=1100)
+    p.add_argument("--point", default="continuous:1",
+                   help="continuous:I (default continuous:1, the worst case) or policy (the policy's own point)")
+    p.add_argument("--variants", default=",".join(VARIANT_KEYS), help="a comma list of request, reference, csrc")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    point_flags(a.point)
+    unknown = sorted(set(a.variants.split(",")) - set(VARIANT_KEYS))
+    if unknown:
+        p.error(f"--variants: unknown {', '.join(unknown)} (choices: {', '.join(VARIANT_KEYS)})")
     from transformers import AutoTokenizer
 
     t0 = time.time()
@@ -90,14 +111,17 @@ def main(argv=None) -> int:
         for n in [int(x) for x in a.running.split(",")]:
             ds = work / f"data-{n}.jsonl"
             write_dataset(ds, tool_requests(tok, n, a.prompt_tokens, 0), a.output_len)
-            for variant, _ in VARIANTS:
-                rows.append(one(a.model, a.policy, n, a.output_len, ds, variant, work))
+            for key in a.variants.split(","):
+                rows.append(one(a.model, a.policy, n, a.output_len, ds, VARIANT_KEYS[key], work, a.point))
     meta = run_meta(t0)
     lines = ["# Compression's share of the decode loop (written by bench/compression_share.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). "
-             f"`{a.model}`, `{a.policy}` under `continuous`, interval 1 (every request compressed at every decode "
-             f"step); {a.output_len} output tokens per request, all sent at once.", "",
+             f"`{a.model}`, `{a.policy}` " + (
+                 "at the policy's own operating point (`--pask-policy` alone: what a user serves)"
+                 if a.point == "policy" else f"under `continuous`, interval {a.point.partition(':')[2]}" + (
+                     " (every request compressed at every decode step)" if a.point == "continuous:1" else "")) +
+             f"; {a.output_len} output tokens per request, all sent at once.", "",
              "| requests | compression | kernels | max running | decode steps | ms per decode step | "
              "compression share | output tok/s | median TPOT ms |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

@@ -35,7 +35,7 @@ import time
 
 import openai
 from sglang_pask.calibrate.pipeline import code_version
-from sglang_pask.eval.data import load_spec
+from sglang_pask.eval.data import load_spec, stratified
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.eval.parity import compare, runner_trace, server_traces, summarize
@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--policy", default="policies/pask-tiny-fc.json")
     p.add_argument("--method", default="pask")
     p.add_argument("--data", default=None, help="default synthetic:eval:N:tiny")
-    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--n", type=int, default=None,
+                   help="entries (default 100); with --data, the first N round-robin over its categories")
     p.add_argument("--budgets", default="0.5,0.33,0.2")
     p.add_argument("--schedule", default="continuous")
     p.add_argument("--interval", type=int, default=1)
@@ -112,15 +113,18 @@ def main(argv=None) -> int:
                         "how often the two engines' generated tokens differ with no compression at all")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    entries = load_spec(a.data or f"synthetic:eval:{a.n}:tiny")
+    entries = load_spec(a.data) if a.data else load_spec(f"synthetic:eval:{a.n or 100}:tiny")
+    if a.data and a.n is not None:
+        entries = stratified(entries, a.n)
     t0 = time.time()
     results = [] if a.no_full else [run_budget(a, 1.0, entries, method="full")]
     results += [run_budget(a, float(b), entries) for b in a.budgets.split(",")]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+    cut = f" (the first {a.n} round-robin over its categories)" if a.data and a.n else ""
     lines = [f"# Server vs reference runner: {a.method}, schedule {a.schedule}, interval {a.interval}",
-             "", f"{len(entries)} entries of `{a.data or f'synthetic:eval:{a.n}:tiny'}`, tool_choice="
+             "", f"{len(entries)} entries of `{a.data or f'synthetic:eval:{a.n or 100}:tiny'}`{cut}, tool_choice="
              f"{a.tool_choice}, max_tokens {a.max_tokens}, greedy, " + (
                  "radix cache on (server: cached, compressed shared segments; runner: segment 'system')"
                  if a.radix == "on" else "radix cache off") + ". Kept positions are compared "

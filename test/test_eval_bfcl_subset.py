@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from sglang_pask.eval.data import BFCL_CATEGORIES, load_bfcl, load_spec, parse_spec
+from sglang_pask.eval.data import BFCL_CATEGORIES, load_bfcl, load_spec, parse_spec, stratified
 
 
 def _keys(entries) -> set[tuple[str, str]]:
@@ -56,3 +56,15 @@ def test_calibration_accepts_only_the_calib_subset():
         with pytest.raises(ValueError, match="calibration split"):
             Config(model="m", data=data, groups=2, budgets=(0.33,), out="o.json")
     assert Config(model="m", data="bfcl:all:calib=25", groups=2, budgets=(0.33,), out="o.json").data
+
+
+def test_stratified_takes_round_robin_over_categories_in_order():
+    calib = load_spec("bfcl:all:calib=25")
+    got = stratified(calib, 8)
+    cats = list(dict.fromkeys(e.category for e in calib))  # the order categories first appear
+    assert [e.category for e in got] == (cats * 2)[:8]
+    for cat in cats:  # each category's own order kept
+        mine = [e.id for e in got if e.category == cat]
+        assert mine == [e.id for e in calib if e.category == cat][:len(mine)]
+    everything = stratified(calib, 10**6)
+    assert len(everything) == len(calib) and {e.id for e in everything} == {e.id for e in calib}

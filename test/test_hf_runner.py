@@ -129,7 +129,8 @@ def test_method_invariants_and_masked_reference(model, tok, policy, name, option
     P, L = len(res.prompt_ids), r.num_layers
     assert res.compressions, "over budget after prefill: a compression must have run"
     assert res.compressions[0].step == 0 and res.compressions[0].seq_len == P
-    per_head = options.get("per_head", False)
+    per_head = getattr(r.method, "per_head", False)
+    adaptive = getattr(r.method, "adaptive_heads", False)
     assert all((c.head_mask is not None) == per_head for c in res.compressions)
     if schedule == "continuous":
         assert len(res.compressions) > 1, "continuous: over budget again while decoding"
@@ -158,10 +159,12 @@ def test_method_invariants_and_masked_reference(model, tok, policy, name, option
         written = c.seq_len
         assert len(res.classes) >= c.seq_len
         for li in range(L):
-            if per_head:  # each KV head keeps the layer's allocation; kept is their union
-                m = c.head_mask[li]
-                assert m.shape == (model.config.num_key_value_heads, len(c.kept[li])) and m.any(0).all()
-                assert (m.sum(1) == c.allocation[li]).all(), (name, c.step, li)
+            if per_head:  # each KV head keeps the layer's allocation (adaptive: H times it
+                m = c.head_mask[li]  # over the heads); kept is their union
+                H = model.config.num_key_value_heads
+                assert m.shape == (H, len(c.kept[li])) and m.any(0).all()
+                assert (m.sum() == H * c.allocation[li]) if adaptive else \
+                    (m.sum(1) == c.allocation[li]).all(), (name, c.step, li)
                 assert m[:, -1].all()  # every head keeps the current step's token
             else:
                 assert len(c.kept[li]) == c.allocation[li], (name, c.step, li)
@@ -280,7 +283,7 @@ for name in names:
 print(json.dumps(out))
 """
 CROSS = ["test_sinks_recent", "test_top_accumulated"] + [
-    m for m in ("h2o", "snapkv", "pyramidkv", "random", "pask") if m in REG[1]]
+    m for m in ("h2o", "snapkv", "pyramidkv", "adakv", "random", "pask") if m in REG[1]]
 
 
 def test_deterministic_across_processes(tmp_path):

@@ -179,6 +179,43 @@ def test_snapkv_per_head_selects_one_set_per_kv_head():
         assert len(own) == 6 and set(own.tolist()) <= set(held[mask2[h]].tolist()) and 40 in own
 
 
+def test_adakv_gives_the_diffuse_head_the_budget_the_focused_one_does_not_need():
+    """Head 0 attends to one token, head 1 to many: at n = 10 per head (20 head-slots), head 0
+    keeps its safeguard (the window and its top pooled vote), head 1 the rest; the layer total is
+    H * n, and the defaults are the authors' (kvpress AdaKVPress: alpha 0.2 over SnapKV)."""
+    T, H, w = 60, 2, 4
+    votes = np.zeros((H, T))
+    votes[0, 10] = 9.0
+    votes[1, 12:52:3] = np.linspace(1.0, 2.0, 14)
+    view = CacheView(1, [[0]], T, np.zeros(T, dtype=np.int64), [np.arange(T)],
+                     attention=AttentionStats(window_heads=[votes], window_size=w))
+    m = make_method("adakv", 10 / T, kernel_size=1)
+    assert (m.window, m.kernel_size, m.pooling, m.alpha_safeguard) == (32, 1, "max", 0.2)
+    assert make_method("adakv", 0.5).kernel_size == 7
+    sel = m.select(view)
+    per = [sel.kept[0][sel.head_mask[0][h]].tolist() for h in range(H)]
+    # safeguard int(0.2 * 10) = 2 per head (the tail 59 and the newest window position 58); the
+    # other 16 head-slots by vote over both heads: 4 window positions, head 0's 10, then head 1's
+    # 11 best of 14 (its votes grow with position)
+    assert per[0] == [10, *range(T - w, T)]
+    assert per[1] == [*range(21, 52, 3), *range(T - w, T)]
+    assert sum(map(len, per)) == H * 10
+
+
+def test_adakv_with_a_full_safeguard_is_snapkv_per_head():
+    """alpha_safeguard = 1: every head keeps its own top n first and nothing is left to share --
+    SnapKV per KV head, bit for bit (the property that ties AdaKV to its scorer)."""
+    from sglang_pask.methods.testing import KV_HEADS, random_view
+
+    for seed in range(40):
+        view = random_view(seed, kv_heads=KV_HEADS)
+        for b in (0.1, 0.33, 0.6):
+            a = make_method("adakv", b, alpha_safeguard=1.0).select(view)
+            s = make_method("snapkv", b, per_head=True).select(view)
+            assert all(np.array_equal(x, y) for x, y in zip(a.kept, s.kept))
+            assert all(np.array_equal(x, y) for x, y in zip(a.head_mask, s.head_mask))
+
+
 def test_random_differs_by_seed_but_not_by_call():
     view = CacheView(2, [[0, 1]], 80, np.zeros(80, dtype=np.int64), [np.arange(80)] * 2)
     a, b = make_method("random", 0.3, seed=1), make_method("random", 0.3, seed=2)

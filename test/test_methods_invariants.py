@@ -72,10 +72,12 @@ def check_invariants(name: str, method, view: CacheView) -> None:
             continue
         m = sel.head_mask[layer]
         assert m.dtype == bool and m.shape[1] == len(k) and m.any(axis=0).all(), "kept = union"
-        for hk, hr in head_sets(method, sel, view, layer):
-            assert len(hk) == alloc[layer], (name, layer, len(hk), alloc[layer])
+        sets = head_sets(method, sel, view, layer)
+        for hk, hr in sets:
+            assert method.adaptive_heads or len(hk) == alloc[layer], (name, layer, len(hk), alloc[layer])
             assert np.all(np.isin(hk, hr)), "a head kept a position it does not hold"
             assert np.all(np.isin(hr[hr >= view.tail_start], hk)), "current step dropped by a head"
+        assert sum(len(hk) for hk, _ in sets) == len(sets) * alloc[layer], (name, layer, alloc[layer])
     tails = L * view.protected_tail
     if method.budget >= 1.0:
         assert all(np.array_equal(k, r) for k, r in zip(sel.kept, view.retained))
@@ -105,8 +107,10 @@ def check_invariants(name: str, method, view: CacheView) -> None:
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), budget=BUDGETS)
 def test_invariants_random_views(name, options, schedule, seed, budget):
-    per_head = options.get("per_head", False)
-    view = random_view(seed, per_group=METHODS[name].per_group, kv_heads=KV_HEADS if per_head else 0)
+    cls = METHODS[name]
+    per_head = options.get("per_head", getattr(cls, "per_head", False))
+    view = random_view(seed, per_group=cls.per_group, kv_heads=KV_HEADS if per_head else 0,
+                       adaptive=cls.adaptive_heads)
     check_invariants(name, build(name, budget, view, seed, schedule=schedule, **options), view)
 
 
@@ -194,7 +198,7 @@ def test_due_schedule(name):
 
 
 def test_registry_and_factory_errors():
-    assert set(METHODS) == {"full", "streaming", "h2o", "snapkv", "pyramidkv", "pask", "random"}
+    assert set(METHODS) == {"full", "streaming", "h2o", "snapkv", "pyramidkv", "adakv", "pask", "random"}
     view = random_view(3, num_layers=3, seq_len=30, groups=[[0, 1], [2]])
     for name, cls in METHODS.items():  # each name builds its own class, which reports that name
         m = build(name, 0.5, view, 3)
@@ -218,7 +222,22 @@ def test_registry_and_factory_errors():
     assert make_method("full").budget == 1.0
 
 
-@pytest.mark.parametrize("name, options", [("h2o", {}), ("snapkv", {}), ("pyramidkv", {}),
+def test_readme_lists_every_registered_method():
+    """The README's method list and its table of options name exactly the registry (``full``,
+    which has no options, only in the list)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = re.search(r"one registry: ((?:`\w+`,\s*)+)all compared", text)
+    assert listed, "the README's sentence listing the methods moved"
+    assert set(re.findall(r"`(\w+)`", listed.group(1))) == set(METHODS)
+    table = set(re.findall(r"^\| `(\w+)` \| .* \| .* \|$", text.split("| method | fields (defaults) | reference |")[1]
+                           .split("\n\n")[0], flags=re.M))
+    assert table == set(METHODS) - {"full"}
+
+
+@pytest.mark.parametrize("name, options", [("h2o", {}), ("snapkv", {}), ("pyramidkv", {}), ("adakv", {}),
                                            ("snapkv", {"per_head": True})])
 def test_attention_methods_refuse_missing_stats(name, options):
     view = random_view(7, num_layers=2, seq_len=40, groups=[[0, 1]])

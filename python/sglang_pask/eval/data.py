@@ -36,6 +36,7 @@ __all__ = [
     "load_dir",
     "load_spec",
     "parse_spec",
+    "stratified",
     "entry_from_bfcl",
 ]
 
@@ -130,6 +131,18 @@ def _bfcl_subset(d: dict) -> list[Entry]:
         k = d["per_category"]
         out.extend(ordered[:k] if d["split"] == "eval" else ordered[k:])
     return out
+
+
+def stratified(entries: list[Entry], n: int) -> list[Entry]:
+    """The first ``n`` of ``entries`` taken round-robin over their categories (in order of first
+    appearance; each category's own order kept), so a small sample spans every category."""
+    by_cat: dict[str, list[Entry]] = {}
+    for e in entries:
+        by_cat.setdefault(e.category, []).append(e)
+    out: list[Entry] = []
+    for i in range(max((len(v) for v in by_cat.values()), default=0)):
+        out.extend(v[i] for v in by_cat.values() if i < len(v))
+    return out[:n]
 
 
 def _parse_synthetic(spec: str, rest: str) -> dict:

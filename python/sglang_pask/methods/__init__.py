@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from sglang_pask.methods.adakv import AdaKV
 from sglang_pask.methods.base import (
     SCHEDULES,
     AttentionStats,
@@ -38,7 +39,7 @@ from sglang_pask.methods.streaming import Streaming
 from sglang_pask.policy.digest import policy_hash
 
 METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, Pask, Random)
+    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, Pask, Random)
 }
 
 
@@ -70,5 +71,5 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 __all__ = [
     "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
     "policy_hash", "split_slots",
-    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "Pask", "Random",
+    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "Pask", "Random",
 ]

@@ -18,14 +18,17 @@ When to compress (:meth:`KVMethod.due`, DESIGN.md §4 "Schedules"; field ``sched
 Each layer's view is what it *currently* holds, so after a first compression layers may differ
 (pyramid budgets, per-layer scores). Per-KV-head methods (``per_head``) keep, per layer, one set
 per KV head: the layer physically holds their union and masks within it (:attr:`CacheView.head_mask`,
-:attr:`Selection.head_mask`); budgets count per head (every head of a layer keeps the layer's
-allocation), and :meth:`CacheView.held` is what each head holds.
+:attr:`Selection.head_mask`); budgets count per head: a layer's allocation ``n`` is what each head
+keeps, or, for methods with :attr:`KVMethod.adaptive_heads` (AdaKV), what its ``H`` heads keep on
+average (``H * n`` head-slots in all, split among the heads by score). :meth:`CacheView.held` is
+a layer's head-slots divided by ``H`` (a whole number: every head gains each new token).
 
 Invariants every method satisfies (tested by looping over the registry, test/test_methods_*):
 
 * ``select`` returns, per layer, a sorted, duplicate-free subset of that layer's currently
   retained positions, of exactly ``allocation(view)[layer]`` elements (per-head methods: each
-  head keeps exactly that many of the positions it holds; ``kept`` is their union);
+  head keeps exactly that many of the positions it holds -- with ``adaptive_heads``, the heads
+  keep ``H`` times that many in all; ``kept`` is their union);
 * the current step's tokens (positions ``>= view.seq_len - view.protected_tail``) are always kept;
 * ``sum(allocation) == min(S, slots held)`` -- the budget is used, never exceeded -- unless the
   protected tail alone exceeds ``S``, in which case each layer keeps exactly its protected tail
@@ -99,8 +102,9 @@ class CacheView:
     must hold them. ``prompt_len``: informational (methods here do not read it).
     ``head_mask[l]``: None (every KV head holds all of ``retained[l]``) or bool
     ``[kv_heads, n_l]``: which retained positions each KV head still holds (after a per-head
-    selection); every head holds the same number of them, the current step included, and every
-    retained position is held by some head.
+    selection); the heads hold a multiple of ``kv_heads`` in all (the same number each, except
+    after an ``adaptive_heads`` selection), every head the current step, and every retained
+    position is held by some head.
     ``start``: the absolute sequence position of view position 0 (0 for a whole sequence; ``S``
     for a request's own span after a shared segment ``[0, S)``, :func:`~.segment.own_view`).
     Anchors defined by absolute position -- the attention sinks, the first tokens of the
@@ -144,10 +148,9 @@ class CacheView:
             for layer, (m, r) in enumerate(zip(self.head_mask, self.retained)):
                 if m is None:
                     continue
-                counts = m.sum(axis=1) if m.ndim == 2 else None
-                if m.ndim != 2 or m.shape[1] != r.size or len(set(counts.tolist())) > 1:
-                    raise ValueError(f"head_mask[{layer}] must be [kv_heads, {r.size}] with the "
-                                     "same count per head")
+                if m.ndim != 2 or m.shape[1] != r.size or int(m.sum()) % m.shape[0]:
+                    raise ValueError(f"head_mask[{layer}] must be [kv_heads, {r.size}] holding a "
+                                     "multiple of kv_heads in all")
                 if not m.any(axis=0).all() or not m[:, r >= self.tail_start].all():
                     raise ValueError(f"head_mask[{layer}]: every position must be held by some "
                                      "head, the current step by all")
@@ -163,10 +166,10 @@ class CacheView:
 
     def held(self) -> np.ndarray:
         """int64 ``[L]``: how many positions each layer holds now (per KV head, when
-        :attr:`head_mask` restricts heads: every head of a layer holds that many)."""
+        :attr:`head_mask` restricts heads: the layer's head-slots / ``kv_heads``)."""
         masks = self.head_mask or [None] * self.num_layers
-        return np.array([r.size if m is None else int(m[0].sum()) for r, m in zip(self.retained, masks)],
-                        dtype=np.int64)
+        return np.array([r.size if m is None else int(m.sum()) // m.shape[0]
+                         for r, m in zip(self.retained, masks)], dtype=np.int64)
 
     def head_held(self, layer: int, kv_heads: int) -> np.ndarray:
         """bool ``[kv_heads, n_l]``: which retained positions of ``layer`` each KV head holds."""
@@ -266,6 +269,9 @@ class KVMethod(ABC):
     #: True: one decision per layer group (every layer of a group keeps the same set; the layers
     #: of a group must hold the same positions). False: per-layer decisions.
     per_group: ClassVar[bool] = False
+    #: per-head methods only. True: a layer's heads keep ``kv_heads * allocation`` head-slots in
+    #: all, each head as many as its scores win (AdaKV); False: each head keeps the allocation.
+    adaptive_heads: ClassVar[bool] = False
 
     budget: float
     schedule: str = "continuous"

@@ -33,11 +33,12 @@ def consecutive_groups(rng: np.random.Generator, num_layers: int) -> list[list[i
 
 def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[int] = None,
                 groups: Optional[Sequence[Sequence[int]]] = None, per_group: bool = False,
-                num_classes: int = NUM_CLASSES, kv_heads: int = 0) -> CacheView:
+                num_classes: int = NUM_CLASSES, kv_heads: int = 0, adaptive: bool = False) -> CacheView:
     """A view as an engine might build it: prefill end (everything held) or later (random
     subsets per layer, or per group with ``per_group``), current step held, attention stats
     (``window_heads`` for :data:`KV_HEADS` heads). ``kv_heads > 0``: after a per-head selection
-    (when not at prefill end, each head holds its own equal-sized subset: ``head_mask``)."""
+    (when not at prefill end, each head holds its own equal-sized subset: ``head_mask``; with
+    ``adaptive``, subsets of different sizes, as an ``adaptive_heads`` method leaves them)."""
     rng = np.random.default_rng(seed)
     L = int(num_layers or rng.integers(1, 6))
     T = int(seq_len or rng.integers(1, 90))
@@ -70,7 +71,7 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
     H = kv_heads or KV_HEADS
     masks = None
     if kv_heads and any(r.size < T for r in retained):  # after a per-head selection
-        masks = [head_subsets(rng, r, T - tail, kv_heads) for r in retained]
+        masks = [head_subsets(rng, r, T - tail, kv_heads, equal=not adaptive) for r in retained]
         retained = [r[m.any(axis=0)] for r, m in zip(retained, masks)]
         masks = [m[:, m.any(axis=0)] for m in masks]
         stats.accumulated = [rng.gamma(0.5, 2.0, size=r.size) for r in retained]
@@ -84,14 +85,19 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
 KV_HEADS = 2
 
 
-def head_subsets(rng: np.random.Generator, held: np.ndarray, tail_start: int, heads: int) -> np.ndarray:
-    """bool ``[heads, len(held)]``: each head holds the tail and the same number of random others."""
+def head_subsets(rng: np.random.Generator, held: np.ndarray, tail_start: int, heads: int,
+                 equal: bool = True) -> np.ndarray:
+    """bool ``[heads, len(held)]``: each head holds the tail and the same number of random others
+    (``equal=False``: a random number each, a multiple of ``heads`` in all)."""
     others = np.flatnonzero(held < tail_start)
-    c = int(rng.integers(0, others.size + 1))
+    counts = np.full(heads, int(rng.integers(0, others.size + 1))) if equal else \
+        rng.integers(0, others.size + 1, size=heads)
+    while counts.sum() % heads:  # every head gains each new token: the total stays a multiple
+        counts[int(np.argmax(counts))] -= 1
     m = np.zeros((heads, held.size), dtype=bool)
     m[:, held >= tail_start] = True
     for h in range(heads):
-        m[h, rng.permutation(others)[:c]] = True
+        m[h, rng.permutation(others)[:counts[h]]] = True
     return m
 
 
