@@ -216,6 +216,28 @@ def test_adakv_with_a_full_safeguard_is_snapkv_per_head():
             assert all(np.array_equal(x, y) for x, y in zip(a.head_mask, s.head_mask))
 
 
+def test_expected_attention_keeps_the_sinks_and_each_heads_best_expected_scores():
+    """kvpress ExpectedAttentionPress's defaults; per KV head: the first n_sink positions (by
+    absolute position: a view starting past them holds none), the current step, then the
+    highest engine-computed scores."""
+    m = make_method("expected_attention", 0.5)
+    assert (m.n_future_positions, m.n_sink, m.use_covariance, m.use_vnorm, m.epsilon) == (512, 4, True, True, 0.0)
+    T, H = 30, 2
+    scores = np.zeros((H, T))
+    scores[0, [10, 11]] = [2.0, 1.0]
+    scores[1, [20, 21]] = [1.0, 2.0]
+    view = CacheView(1, [[0]], T, np.zeros(T, dtype=np.int64), [np.arange(T)],
+                     attention=AttentionStats(expected_heads=[scores]))
+    sel = make_method("expected_attention", 6 / T, n_sink=3).select(view)  # 6 per head
+    per = [sel.kept[0][sel.head_mask[0][h]].tolist() for h in range(H)]
+    assert per == [[0, 1, 2, 10, 11, 29], [0, 1, 2, 20, 21, 29]]
+    later = CacheView(1, [[0]], T, np.zeros(T, dtype=np.int64), [np.arange(T)], start=3,
+                      attention=AttentionStats(expected_heads=[scores]))
+    # view position 0 is absolute position 3 here: no sink; zero scores tie -> the more recent
+    sel = make_method("expected_attention", 4 / T, n_sink=3).select(later)
+    assert [sel.kept[0][sel.head_mask[0][h]].tolist() for h in range(H)] == [[10, 11, 28, 29], [20, 21, 28, 29]]
+
+
 def test_random_differs_by_seed_but_not_by_call():
     view = CacheView(2, [[0, 1]], 80, np.zeros(80, dtype=np.int64), [np.arange(80)] * 2)
     a, b = make_method("random", 0.3, seed=1), make_method("random", 0.3, seed=2)

@@ -12,9 +12,10 @@ A layer with a per-KV-head ``head_mask`` (per-head selection, see cache.py) addi
 from the query heads of KV head ``h`` the slots ``h`` no longer holds (the mask expanded to query
 heads for GQA: query head ``i`` reads KV head ``i // (Hq / Hkv)``).
 
-When the cache asks for statistics it runs eager attention (query chunks of :data:`CHUNK`) and
-records, per layer, the softmax probabilities summed over all query heads, or per KV head over
-the query heads of its group (see cache.py).
+When the cache asks for attention statistics it runs eager attention (query chunks of
+:data:`CHUNK`) and records, per layer, the softmax probabilities summed over all query heads, or
+per KV head over the query heads of its group; for ``expected_heads`` it records the pre-RoPE
+queries' sums instead (see cache.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from transformers import AttentionInterface
 
 NAME = "pask"
 CHUNK = 256  # queries per eager block when recording statistics (bounds [H, CHUNK, n] memory)
+#: statistics read off the attention probabilities (eager attention); ``expected_heads`` records
+#: the queries only (the fast path still runs)
+ATTENTION_KINDS = ("accumulated", "window", "window_heads")
 
 
 def _key_positions(kwargs, layer_idx: int, n: int, qpos: torch.Tensor) -> tuple[torch.Tensor, object]:
@@ -54,7 +58,9 @@ def pask_attention(module, query, key, value, attention_mask, scaling=None, drop
     if head_mask is not None:  # [Hkv, n] -> [Hq, q, n]
         allow = allow[None] & head_mask.repeat_interleave(hq // hkv, dim=0)[:, None, :]
     cache = kwargs.get("pask_cache")
-    if cache is not None and cache.stats is not None:
+    if cache is not None and cache.stats == "expected_heads":
+        _record_queries(query, qpos, lay, cache)
+    if cache is not None and cache.stats in ATTENTION_KINDS:
         out = _eager_recording(query, key, value, allow, scaling, lay, cache)
     else:
         # Fast paths: every key visible (decode), or a fresh causal prefill (keys == queries).
@@ -83,6 +89,26 @@ def _eager_recording(query, key, value, allow, scaling, lay, cache) -> torch.Ten
         rows.append(probs[0].view(hkv, hq // hkv, *probs.shape[2:]).sum(1))
     _record(lay, cache, torch.cat(rows, dim=1), key.shape[-2])
     return torch.cat(outs, dim=2)
+
+
+def _record_queries(query, qpos, lay, cache) -> None:
+    """Fold this forward's queries (``[1, Hq, q, D]``, post-RoPE at logical positions ``qpos``)
+    into the layer's pre-RoPE sums, leaving out positions ``< cache.query_skip``: RoPE rotates
+    each pair of dims by the position's angle, so rotating back by it (``q cos - rot(q) sin``)
+    recovers the projection the rotation was applied to."""
+    keep = qpos >= cache.query_skip
+    if not bool(keep.any()):
+        return
+    q = query[0][:, keep].double()  # [Hq, q', D]
+    cos, sin = cache.rotary(q, qpos[keep][None])  # [1, q', D]
+    cos, sin = cos[0].double(), sin[0].double()
+    half = q.shape[-1] // 2
+    rot = torch.cat([-q[..., half:], q[..., :half]], dim=-1)  # transformers' rotate_half
+    pre = q * cos - rot * sin
+    lay.q_count += int(pre.shape[1])
+    s, o = pre.sum(1), torch.einsum("hqi,hqj->hij", pre, pre)
+    lay.q_sum = s if lay.q_sum is None else lay.q_sum + s
+    lay.q_outer = o if lay.q_outer is None else lay.q_outer + o
 
 
 def _record(lay, cache, rows: torch.Tensor, n: int) -> None:

@@ -15,7 +15,11 @@ them: ``accumulated`` float32 ``[n_l]`` (attention mass each slot has received, 
 and all queries), ``window_rows`` float32 ``[w', n_l]`` (per-query attention of the last
 ``w' <= window_size`` queries, summed over heads; columns of keys newer than a query are 0),
 ``window_head_rows`` float32 ``[kv_heads, w', n_l]`` (the same per KV head, summed over the query
-heads of its group; stats kind ``window_heads``).
+heads of its group; stats kind ``window_heads``). Stats kind ``expected_heads`` (Expected
+Attention) records the queries instead, per layer and not per slot (never pruned): ``q_count``
+(queries at logical positions ``>= query_skip``), ``q_sum`` float64 ``[heads, head_dim]`` and
+``q_outer`` float64 ``[heads, head_dim, head_dim]``, their pre-RoPE sum and sum of outer
+products (un-rotated with ``PrunableCache.rotary``, the model's rotary embedding).
 
 Per-KV-head selection (SnapKV ``per_head``): a layer physically holds the union of its heads'
 kept positions and ``head_mask`` bool ``[kv_heads, n_l]`` (None: every head holds every slot)
@@ -33,7 +37,7 @@ import copy
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-STATS_KINDS = (None, "accumulated", "window", "window_heads")
+STATS_KINDS = (None, "accumulated", "window", "window_heads", "expected_heads")
 
 
 class PrunableLayer(CacheLayerMixin):
@@ -48,6 +52,9 @@ class PrunableLayer(CacheLayerMixin):
         self.window_rows: torch.Tensor | None = None
         self.window_head_rows: torch.Tensor | None = None
         self.head_mask: torch.Tensor | None = None
+        self.q_count = 0
+        self.q_sum: torch.Tensor | None = None
+        self.q_outer: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -129,21 +136,28 @@ class PrunableLayer(CacheLayerMixin):
         self.cumulative_length = 0
         self.positions = torch.empty(0, dtype=torch.long)
         self.accumulated = self.window_rows = self.window_head_rows = self.head_mask = None
+        self.q_count, self.q_sum, self.q_outer = 0, None, None
 
 
 class PrunableCache(Cache):
     """One :class:`PrunableLayer` per model layer. ``stats`` selects which attention statistic
-    the ``pask`` attention function records (None, "accumulated" or "window");
-    ``window_size`` is the number of latest queries the window statistic covers."""
+    the ``pask`` attention function records (one of :data:`STATS_KINDS`); ``window_size`` is the
+    number of latest queries the window statistic covers; ``query_skip`` how many first positions
+    the query statistics leave out and ``rotary`` the model's rotary embedding (``expected_heads``)."""
 
-    def __init__(self, num_layers: int, stats: str | None = None, window_size: int = 0):
+    def __init__(self, num_layers: int, stats: str | None = None, window_size: int = 0,
+                 query_skip: int = 0, rotary=None):
         if stats not in STATS_KINDS:
             raise ValueError(f"stats must be one of {STATS_KINDS}, got {stats!r}")
         if stats in ("window", "window_heads") and window_size < 1:
             raise ValueError("the window statistic needs window_size >= 1")
+        if stats == "expected_heads" and rotary is None:
+            raise ValueError("the query statistics need the model's rotary embedding")
         super().__init__(layers=[PrunableLayer() for _ in range(num_layers)])
         self.stats = stats
         self.window_size = int(window_size)
+        self.query_skip = int(query_skip)
+        self.rotary = rotary
 
     def clone(self) -> "PrunableCache":
         """An independent copy of the whole cache: the statistics kind and window size, and per

@@ -155,14 +155,19 @@ class Runner:
         return self._constraints
 
     def cache_spec(self) -> tuple[Optional[str], int]:
-        """What this runner's cache records during a forward: (attention-statistics kind, window
-        size; 0 without a window). Runners with equal specs get the same prompt forward."""
+        """What this runner's cache records during a forward: (attention-statistics kind, its
+        size: the window for window kinds, the positions the query statistics skip for
+        ``expected_heads``, else 0). Runners with equal specs get the same prompt forward."""
         kind = self.method.needs_attention
+        if kind == "expected_heads":
+            return kind, int(self.method.n_sink)
         return kind, _window_size(self.method) if kind in ("window", "window_heads") else 0
 
     def new_cache(self) -> PrunableCache:
-        kind, window = self.cache_spec()
-        return PrunableCache(self.num_layers, stats=kind, window_size=window)
+        kind, size = self.cache_spec()
+        if kind == "expected_heads":
+            return PrunableCache(self.num_layers, stats=kind, query_skip=size, rotary=_rotary(self.model))
+        return PrunableCache(self.num_layers, stats=kind, window_size=size)
 
     def forward(self, cache: PrunableCache, ids: Sequence[int], start: int, every: bool = False) -> torch.Tensor:
         """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits
@@ -195,7 +200,7 @@ class Runner:
             None if m is None else m.cpu().numpy() for m in masks]
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
-                         protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained),
+                         protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained, self.method),
                          prompt_len=prompt_len, head_mask=masks)
         allocation = [int(a) for a in self.method.allocation(view)]
         sel = self.method.select(view)
@@ -205,7 +210,7 @@ class Runner:
         """The own span ``[S, seq_len)`` alone, at :func:`~sglang_pask.methods.segment.own_slots`."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
-                        PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained))
+                        PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained, self.method))
         slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots,
                           self.segment_rule.own_budget)
         if not force and not own_due(self.method, step, view, slots):
@@ -221,7 +226,8 @@ class Runner:
         just written and nothing after it (its statistics are the segment's alone)."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         return segment_kept(self.method, self.num_layers, self.groups, classes,
-                            attention=_stats(cache, retained), segment_budget=self.segment_rule.segment_budget)
+                            attention=_stats(cache, retained, self.method),
+                            segment_budget=self.segment_rule.segment_budget)
 
     def cut_segment(self, cache: PrunableCache, kept: Sequence[np.ndarray], segment_end: int,
                     seq_len: int) -> Compression:
@@ -448,9 +454,21 @@ def _window_size(method: KVMethod) -> int:
     return int(w)
 
 
-def _stats(cache: PrunableCache, retained: list[np.ndarray]) -> Optional[AttentionStats]:
+def _rotary(model):
+    """The model's rotary embedding module (``model.model.rotary_emb``: Llama, Qwen2, Qwen3)."""
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    if rotary is None:
+        raise ValueError(f"{type(model).__name__} has no model.rotary_emb: Expected Attention needs RoPE")
+    return rotary
+
+
+def _stats(cache: PrunableCache, retained: list[np.ndarray], method=None) -> Optional[AttentionStats]:
     if cache.stats is None:
         return None
+    if cache.stats == "expected_heads":
+        from .expected import expected_heads
+
+        return AttentionStats(expected_heads=expected_heads(cache, method))
     if cache.stats == "window_heads":
         heads = []
         for lay, pos in zip(cache.layers, retained):

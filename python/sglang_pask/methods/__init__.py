@@ -29,6 +29,7 @@ from sglang_pask.methods.base import (
     Selection,
     split_slots,
 )
+from sglang_pask.methods.expected import ExpectedAttention
 from sglang_pask.methods.full import Full
 from sglang_pask.methods.h2o import H2O
 from sglang_pask.methods.pask import NO_POLICY, Pask
@@ -39,7 +40,8 @@ from sglang_pask.methods.streaming import Streaming
 from sglang_pask.policy.digest import policy_hash
 
 METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, Pask, Random)
+    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, ExpectedAttention, Pask,
+                               Random)
 }
 
 
@@ -71,5 +73,5 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 __all__ = [
     "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
     "policy_hash", "split_slots",
-    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "Pask", "Random",
+    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "Pask", "Random",
 ]

@@ -62,13 +62,18 @@ class AttentionStats:
     queries (SnapKV, PyramidKV); methods pool it themselves. ``window_heads[l]``: float
     ``[kv_heads, len(view.retained[l])]``, the same per KV head (summed over the query heads of
     each KV group; 0 where a head no longer holds the position), for per-head selection.
-    Entries are aligned with ``view.retained[l]``, finite and >= 0.
+    ``expected_heads[l]``: float ``[kv_heads, len(view.retained[l])]``, the attention each
+    position is expected to receive from future queries (Expected Attention: a Gaussian fit of
+    the queries seen so far, rotated to the next positions, as kvpress computes it; the engine
+    computes it for the method that asks, :class:`~.expected.ExpectedAttention`; 0 where a head no
+    longer holds the position). Entries are aligned with ``view.retained[l]``, finite and >= 0.
     """
 
     accumulated: Optional[list[np.ndarray]] = None
     window: Optional[list[np.ndarray]] = None
     window_size: int = 0
     window_heads: Optional[list[np.ndarray]] = None
+    expected_heads: Optional[list[np.ndarray]] = None
 
     def get(self, name: str, view: "CacheView") -> list[np.ndarray]:
         """The ``name`` field, checked against ``view`` (raises ValueError naming the problem)."""
@@ -78,12 +83,13 @@ class AttentionStats:
         if len(stats) != view.num_layers:
             raise ValueError(f"attention.{name} has {len(stats)} layers, expected {view.num_layers}")
         out = []
+        heads = name.endswith("_heads")  # [kv_heads, n_l] per layer, else [n_l]
         for layer, (s, held) in enumerate(zip(stats, view.retained)):
             s = np.asarray(s, dtype=np.float64)
-            ok = s.shape == held.shape if name != "window_heads" else (
+            ok = s.shape == held.shape if not heads else (
                 s.ndim == 2 and s.shape[1] == held.size and s.shape[0] >= 1)
             if not ok:
-                want = held.shape if name != "window_heads" else ("kv_heads", held.size)
+                want = held.shape if not heads else ("kv_heads", held.size)
                 raise ValueError(f"attention.{name}[{layer}] has shape {s.shape}, expected {want}")
             if not np.all(np.isfinite(s)):
                 raise ValueError(f"attention.{name}[{layer}] holds non-finite values")

@@ -54,6 +54,28 @@ def avg_pool(x: np.ndarray, kernel: int) -> np.ndarray:
     return (c[hi] - c[lo]) / (hi - lo)
 
 
+def per_head_select(name: str, view: CacheView, alloc: np.ndarray, stats: list[np.ndarray], votes) -> Selection:
+    """One kept set per KV head, each the layer's allocation: per layer and head ``h``, the top
+    ``alloc[layer]`` of the positions the head holds by ``votes(held_h, stats_h)`` (float
+    ``[m]`` for int64 sorted positions ``held_h`` ``[m]`` and that head's statistics ``[m]``);
+    ``kept`` is the union and :attr:`Selection.head_mask` says which head keeps what.
+    ``stats[layer]``: float ``[kv_heads, n_l]`` aligned with ``view.retained[layer]``."""
+    kept: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    for layer, held in enumerate(view.retained):
+        heads = view.head_held(layer, stats[layer].shape[0])  # [H, n_l]
+        n = int(alloc[layer])
+        per = []
+        for h, own in enumerate(heads):
+            pos = held[own]
+            per.append(pos.copy() if n >= pos.size else
+                       top_n(pos, votes(pos, stats[layer][h][own]), n, view.tail_start))
+        union = np.unique(np.concatenate(per)).astype(np.int64)
+        kept.append(union)
+        masks.append(np.stack([np.isin(union, p) for p in per]))
+    return Selection(kept, {"method": name, "allocation": alloc.tolist()}, head_mask=masks)
+
+
 @dataclass(frozen=True)
 class ScorerMethod(KVMethod):
     """A method defined by a per-position score; see the module docstring."""

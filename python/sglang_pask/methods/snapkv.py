@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, Selection
-from sglang_pask.methods.scorer import KEEP, ScorerMethod, avg_pool, max_pool, recency, top_n
+from sglang_pask.methods.scorer import KEEP, ScorerMethod, avg_pool, max_pool, per_head_select, recency
 
 POOLINGS = ("max", "avg")
 
@@ -67,19 +66,5 @@ class SnapKV(ScorerMethod):
     def select(self, view: CacheView) -> Selection:
         if not self.per_head:
             return super().select(view)
-        alloc = self.allocation(view)
-        stats = self.attention_stats(view)
-        kept: list[np.ndarray] = []
-        masks: list[Optional[np.ndarray]] = []
-        for layer, held in enumerate(view.retained):
-            heads = view.head_held(layer, stats[layer].shape[0])  # [H, n_l]
-            n = int(alloc[layer])
-            per = []
-            for h, own in enumerate(heads):
-                pos = held[own]
-                per.append(pos.copy() if n >= pos.size else
-                           top_n(pos, self.votes(view, pos, stats[layer][h][own]), n, view.tail_start))
-            union = np.unique(np.concatenate(per)).astype(np.int64)
-            kept.append(union)
-            masks.append(np.stack([np.isin(union, p) for p in per]))
-        return Selection(kept, {"method": self.name, "allocation": alloc.tolist()}, head_mask=masks)
+        return per_head_select(self.name, view, self.allocation(view), self.attention_stats(view),
+                               lambda pos, stats: self.votes(view, pos, stats))

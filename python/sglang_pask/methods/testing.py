@@ -78,6 +78,8 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
         stats.window = [rng.gamma(0.5, 2.0, size=r.size) for r in retained]
     stats.window_heads = [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
                           for r, m in zip(retained, masks or [None] * L)]
+    stats.expected_heads = [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
+                            for r, m in zip(retained, masks or [None] * L)]
     return CacheView(L, groups, T, classes, retained, protected_tail=tail, attention=stats,
                      prompt_len=prompt_len, head_mask=masks)
 
