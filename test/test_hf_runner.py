@@ -283,7 +283,7 @@ for name in names:
 print(json.dumps(out))
 """
 CROSS = ["test_sinks_recent", "test_top_accumulated"] + [
-    m for m in ("h2o", "snapkv", "pyramidkv", "adakv", "expected_attention", "random", "pask") if m in REG[1]]
+    m for m in ("h2o", "snapkv", "pyramidkv", "adakv", "expected_attention", "kvzip", "random", "pask") if m in REG[1]]
 
 
 def test_deterministic_across_processes(tmp_path):

@@ -173,10 +173,10 @@ def _stats(rng, retained, T, masks=None):
     from sglang_pask.methods import AttentionStats
 
     heads = [[rng.random((KV_HEADS, r.size)) * (1 if m is None else m)
-              for r, m in zip(retained, masks or [None] * len(retained))] for _ in range(2)]
+              for r, m in zip(retained, masks or [None] * len(retained))] for _ in range(3)]
     return AttentionStats(accumulated=[rng.random(r.size) for r in retained],
                           window=[rng.random(r.size) for r in retained], window_size=min(T, 4),
-                          window_heads=heads[0], expected_heads=heads[1])
+                          window_heads=heads[0], expected_heads=heads[1], kvzip_heads=heads[2])
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -199,7 +199,7 @@ def test_due_schedule(name):
 
 def test_registry_and_factory_errors():
     assert set(METHODS) == {"full", "streaming", "h2o", "snapkv", "pyramidkv", "adakv", "expected_attention",
-                            "pask", "random"}
+                            "kvzip", "pask", "random"}
     view = random_view(3, num_layers=3, seq_len=30, groups=[[0, 1], [2]])
     for name, cls in METHODS.items():  # each name builds its own class, which reports that name
         m = build(name, 0.5, view, 3)
@@ -239,12 +239,12 @@ def test_readme_lists_every_registered_method():
 
 
 @pytest.mark.parametrize("name, options", [("h2o", {}), ("snapkv", {}), ("pyramidkv", {}), ("adakv", {}),
-                                           ("expected_attention", {}),
+                                           ("expected_attention", {}), ("kvzip", {}),
                                            ("snapkv", {"per_head": True})])
 def test_attention_methods_refuse_missing_stats(name, options):
     view = random_view(7, num_layers=2, seq_len=40, groups=[[0, 1]])
     bare = CacheView(2, [[0, 1]], 40, view.classes, view.retained, view.protected_tail)
     m = make_method(name, 0.2, **options)
-    assert m.needs_attention in ("accumulated", "window", "window_heads", "expected_heads")
+    assert m.needs_attention in ("accumulated", "window", "window_heads", "expected_heads", "kvzip_heads")
     with pytest.raises(ValueError, match=f"needs attention.{m.needs_attention}"):
         m.select(bare)

@@ -27,7 +27,8 @@ from transformers import AttentionInterface
 NAME = "pask"
 CHUNK = 256  # queries per eager block when recording statistics (bounds [H, CHUNK, n] memory)
 #: statistics read off the attention probabilities (eager attention); ``expected_heads`` records
-#: the queries only (the fast path still runs)
+#: the queries only and ``kvzip_heads`` the token ids (the fast path still runs; KVzip's scores come
+#: from a separate forward, ``PrunableCache.reconstruct``, hf/kvzip.py)
 ATTENTION_KINDS = ("accumulated", "window", "window_heads")
 
 
@@ -60,7 +61,11 @@ def pask_attention(module, query, key, value, attention_mask, scaling=None, drop
     cache = kwargs.get("pask_cache")
     if cache is not None and cache.stats == "expected_heads":
         _record_queries(query, qpos, lay, cache)
-    if cache is not None and cache.stats in ATTENTION_KINDS:
+    if cache is not None and cache.reconstruct is not None:  # KVzip's scoring forward
+        a, b, sinks, new = cache.reconstruct
+        allow = allow & ((kpos < sinks) | ((kpos >= a) & (kpos < b)) | (kpos >= new))
+        out = _eager_recording(query, key, value, allow, scaling, lay, cache)
+    elif cache is not None and cache.stats in ATTENTION_KINDS:
         out = _eager_recording(query, key, value, allow, scaling, lay, cache)
     else:
         # Fast paths: every key visible (decode), or a fresh causal prefill (keys == queries).
@@ -85,9 +90,14 @@ def _eager_recording(query, key, value, allow, scaling, lay, cache) -> torch.Ten
         scores = scores.masked_fill(~allow[:, s:s + CHUNK], float("-inf"))
         probs = torch.softmax(scores.float(), dim=-1)
         outs.append(torch.matmul(probs.to(v.dtype), v))
-        # [Hkv, c, n]: summed over the query heads of each KV group
-        rows.append(probs[0].view(hkv, hq // hkv, *probs.shape[2:]).sum(1))
-    _record(lay, cache, torch.cat(rows, dim=1), key.shape[-2])
+        grouped = probs[0].view(hkv, hq // hkv, *probs.shape[2:])  # [Hkv, g, c, n]
+        # KVzip: [Hkv, n], the most any query of the group pays; else [Hkv, c, n] summed over the group
+        rows.append(grouped.amax(dim=(1, 2)) if cache.reconstruct is not None else grouped.sum(1))
+    if cache.reconstruct is not None:
+        top = torch.stack(rows).amax(0)
+        lay.kvzip_max = top if lay.kvzip_max is None else torch.maximum(lay.kvzip_max, top)
+    else:
+        _record(lay, cache, torch.cat(rows, dim=1), key.shape[-2])
     return torch.cat(outs, dim=2)
 
 

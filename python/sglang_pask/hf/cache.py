@@ -19,7 +19,12 @@ heads of its group; stats kind ``window_heads``). Stats kind ``expected_heads`` 
 Attention) records the queries instead, per layer and not per slot (never pruned): ``q_count``
 (queries at logical positions ``>= query_skip``), ``q_sum`` float64 ``[heads, head_dim]`` and
 ``q_outer`` float64 ``[heads, head_dim, head_dim]``, their pre-RoPE sum and sum of outer
-products (un-rotated with ``PrunableCache.rotary``, the model's rotary embedding).
+products (un-rotated with ``PrunableCache.rotary``, the model's rotary embedding). Stats kind
+``kvzip_heads`` (KVzip) keeps the token ids written (``PrunableCache.token_ids``, by logical
+position); KVzip's scoring forward runs on a copy with ``reconstruct = (a, b, sinks, new)`` set:
+queries at positions ``>= new`` see only keys at positions ``< sinks``, in ``[a, b)`` or ``>=
+new``, and each layer folds into ``kvzip_max`` float32 ``[kv_heads, n_l]`` the most attention
+any query of a KV group pays each slot.
 
 Per-KV-head selection (SnapKV ``per_head``): a layer physically holds the union of its heads'
 kept positions and ``head_mask`` bool ``[kv_heads, n_l]`` (None: every head holds every slot)
@@ -37,7 +42,7 @@ import copy
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-STATS_KINDS = (None, "accumulated", "window", "window_heads", "expected_heads")
+STATS_KINDS = (None, "accumulated", "window", "window_heads", "expected_heads", "kvzip_heads")
 
 
 class PrunableLayer(CacheLayerMixin):
@@ -55,6 +60,7 @@ class PrunableLayer(CacheLayerMixin):
         self.q_count = 0
         self.q_sum: torch.Tensor | None = None
         self.q_outer: torch.Tensor | None = None
+        self.kvzip_max: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -136,7 +142,7 @@ class PrunableLayer(CacheLayerMixin):
         self.cumulative_length = 0
         self.positions = torch.empty(0, dtype=torch.long)
         self.accumulated = self.window_rows = self.window_head_rows = self.head_mask = None
-        self.q_count, self.q_sum, self.q_outer = 0, None, None
+        self.q_count, self.q_sum, self.q_outer, self.kvzip_max = 0, None, None, None
 
 
 class PrunableCache(Cache):
@@ -158,6 +164,8 @@ class PrunableCache(Cache):
         self.window_size = int(window_size)
         self.query_skip = int(query_skip)
         self.rotary = rotary
+        self.token_ids: list[int] = []  # kvzip_heads: the token written at each logical position
+        self.reconstruct: tuple[int, int, int, int] | None = None  # KVzip's scoring forward only
 
     def clone(self) -> "PrunableCache":
         """An independent copy of the whole cache: the statistics kind and window size, and per
@@ -166,6 +174,7 @@ class PrunableCache(Cache):
         the original would have given (a shared prefill, :mod:`sglang_pask.hf.shared`)."""
         new = copy.copy(self)
         new.layers = [lay.clone() for lay in self.layers]
+        new.token_ids = list(self.token_ids)
         return new
 
     def positions(self, layer: int) -> torch.Tensor:

@@ -161,6 +161,8 @@ class Runner:
         kind = self.method.needs_attention
         if kind == "expected_heads":
             return kind, int(self.method.n_sink)
+        if kind == "kvzip_heads":
+            return kind, 0
         return kind, _window_size(self.method) if kind in ("window", "window_heads") else 0
 
     def new_cache(self) -> PrunableCache:
@@ -173,6 +175,9 @@ class Runner:
         """Run ``ids`` at logical positions ``start..``; returns the last position's float32 logits
         ``[V]`` (``every``: every position's, ``[len(ids), V]``)."""
         device = self.model.device
+        if cache.stats == "kvzip_heads" and cache.reconstruct is None:  # KVzip repeats the context
+            del cache.token_ids[start:]
+            cache.token_ids.extend(int(t) for t in ids)
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
         pos = torch.arange(start, start + len(ids), device=device)[None]
         out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
@@ -200,7 +205,7 @@ class Runner:
             None if m is None else m.cpu().numpy() for m in masks]
         view = CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=seq_len,
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
-                         protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained, self.method),
+                         protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained, self),
                          prompt_len=prompt_len, head_mask=masks)
         allocation = [int(a) for a in self.method.allocation(view)]
         sel = self.method.select(view)
@@ -210,7 +215,7 @@ class Runner:
         """The own span ``[S, seq_len)`` alone, at :func:`~sglang_pask.methods.segment.own_slots`."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         view = own_view(self.num_layers, self.groups, seq_len, classes, retained, segment_end,
-                        PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained, self.method))
+                        PROTECTED_TAIL, prompt_len, attention=_stats(cache, retained, self))
         slots = own_slots(self.method, self.num_layers, seq_len, segment_end, segment_slots,
                           self.segment_rule.own_budget)
         if not force and not own_due(self.method, step, view, slots):
@@ -226,7 +231,7 @@ class Runner:
         just written and nothing after it (its statistics are the segment's alone)."""
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         return segment_kept(self.method, self.num_layers, self.groups, classes,
-                            attention=_stats(cache, retained, self.method),
+                            attention=_stats(cache, retained, self),
                             segment_budget=self.segment_rule.segment_budget)
 
     def cut_segment(self, cache: PrunableCache, kept: Sequence[np.ndarray], segment_end: int,
@@ -462,13 +467,18 @@ def _rotary(model):
     return rotary
 
 
-def _stats(cache: PrunableCache, retained: list[np.ndarray], method=None) -> Optional[AttentionStats]:
+def _stats(cache: PrunableCache, retained: list[np.ndarray], runner: "Runner") -> Optional[AttentionStats]:
+    method = runner.method
     if cache.stats is None:
         return None
     if cache.stats == "expected_heads":
         from .expected import expected_heads
 
         return AttentionStats(expected_heads=expected_heads(cache, method))
+    if cache.stats == "kvzip_heads":
+        from .kvzip import kvzip_heads
+
+        return AttentionStats(kvzip_heads=kvzip_heads(runner, cache))
     if cache.stats == "window_heads":
         heads = []
         for lay, pos in zip(cache.layers, retained):

@@ -32,6 +32,7 @@ from sglang_pask.methods.base import (
 from sglang_pask.methods.expected import ExpectedAttention
 from sglang_pask.methods.full import Full
 from sglang_pask.methods.h2o import H2O
+from sglang_pask.methods.kvzip import KVzip
 from sglang_pask.methods.pask import NO_POLICY, Pask
 from sglang_pask.methods.pyramidkv import PyramidKV
 from sglang_pask.methods.random import Random
@@ -40,8 +41,8 @@ from sglang_pask.methods.streaming import Streaming
 from sglang_pask.policy.digest import policy_hash
 
 METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, ExpectedAttention, Pask,
-                               Random)
+    cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, ExpectedAttention, KVzip,
+                               Pask, Random)
 }
 
 
@@ -73,5 +74,5 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 __all__ = [
     "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
     "policy_hash", "split_slots",
-    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "Pask", "Random",
+    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "KVzip", "Pask", "Random",
 ]

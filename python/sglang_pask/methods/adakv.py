@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from sglang_pask.methods.base import CacheView, Selection
-from sglang_pask.methods.scorer import ScorerMethod, top_n
+from sglang_pask.methods.scorer import ScorerMethod, adaptive_split, union_selection
 from sglang_pask.methods.snapkv import POOLINGS, SnapKV
 
 
@@ -57,29 +55,11 @@ class AdaKV(ScorerMethod):
         alloc = self.allocation(view)
         stats = self.attention_stats(view)
         snap = self.scorer()
-        kept: list[np.ndarray] = []
-        masks: list[np.ndarray] = []
+        per_layer = []
         for layer, held in enumerate(view.retained):
             heads = view.head_held(layer, stats[layer].shape[0])  # bool [H, n_l]
-            per = self.split_layer(view, held, heads, stats[layer], int(alloc[layer]), snap)
-            union = np.unique(np.concatenate(per)).astype(np.int64)
-            kept.append(union)
-            masks.append(np.stack([np.isin(union, p) for p in per]))
-        return Selection(kept, {"method": self.name, "allocation": alloc.tolist()}, head_mask=masks)
-
-    def split_layer(self, view: CacheView, held: np.ndarray, heads: np.ndarray, stats: np.ndarray,
-                    n: int, snap: SnapKV) -> list[np.ndarray]:
-        """Per head, sorted kept positions (``held``: int64 ``[n_l]``; ``heads``: bool ``[H, n_l]``;
-        ``stats``: float ``[H, n_l]``); ``H * n`` of them in all."""
-        H = heads.shape[0]
-        pos = [held[own] for own in heads]
-        votes = [snap.votes(view, p, stats[h][own]) for h, (p, own) in enumerate(zip(pos, heads))]
-        safe_n = max(int(self.alpha_safeguard * n), view.protected_tail)
-        safe = [top_n(p, v, min(safe_n, p.size), view.tail_start) for p, v in zip(pos, votes)]
-        left = H * n - sum(s.size for s in safe)
-        rest = [~np.isin(p, s) for p, s in zip(pos, safe)]
-        cand_pos = np.concatenate([p[r] for p, r in zip(pos, rest)])
-        cand_votes = np.concatenate([v[r] for v, r in zip(votes, rest)])
-        cand_head = np.concatenate([np.full(int(r.sum()), h) for h, r in enumerate(rest)])
-        order = np.lexsort((cand_head, -cand_pos, -cand_votes))[:max(left, 0)]  # votes, recency, head
-        return [np.sort(np.concatenate([s, cand_pos[order][cand_head[order] == h]])) for h, s in enumerate(safe)]
+            pos = [held[own] for own in heads]
+            votes = [snap.votes(view, p, stats[layer][h][own]) for h, (p, own) in enumerate(zip(pos, heads))]
+            n = int(alloc[layer])
+            per_layer.append(adaptive_split(view, pos, votes, n, int(self.alpha_safeguard * n)))
+        return union_selection(self.name, alloc, per_layer)

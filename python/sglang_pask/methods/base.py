@@ -66,7 +66,10 @@ class AttentionStats:
     position is expected to receive from future queries (Expected Attention: a Gaussian fit of
     the queries seen so far, rotated to the next positions, as kvpress computes it; the engine
     computes it for the method that asks, :class:`~.expected.ExpectedAttention`; 0 where a head no
-    longer holds the position). Entries are aligned with ``view.retained[l]``, finite and >= 0.
+    longer holds the position). ``kvzip_heads[l]``: float ``[kv_heads, len(view.retained[l])]``,
+    the most attention each position receives from any query of its KV group while the model
+    repeats the context (KVzip, :class:`~.kvzip.KVzip`; 0 where a head no longer holds it).
+    Entries are aligned with ``view.retained[l]``, finite and >= 0.
     """
 
     accumulated: Optional[list[np.ndarray]] = None
@@ -74,6 +77,7 @@ class AttentionStats:
     window_size: int = 0
     window_heads: Optional[list[np.ndarray]] = None
     expected_heads: Optional[list[np.ndarray]] = None
+    kvzip_heads: Optional[list[np.ndarray]] = None
 
     def get(self, name: str, view: "CacheView") -> list[np.ndarray]:
         """The ``name`` field, checked against ``view`` (raises ValueError naming the problem)."""

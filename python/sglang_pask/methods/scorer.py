@@ -60,8 +60,7 @@ def per_head_select(name: str, view: CacheView, alloc: np.ndarray, stats: list[n
     ``[m]`` for int64 sorted positions ``held_h`` ``[m]`` and that head's statistics ``[m]``);
     ``kept`` is the union and :attr:`Selection.head_mask` says which head keeps what.
     ``stats[layer]``: float ``[kv_heads, n_l]`` aligned with ``view.retained[layer]``."""
-    kept: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
+    per_layer = []
     for layer, held in enumerate(view.retained):
         heads = view.head_held(layer, stats[layer].shape[0])  # [H, n_l]
         n = int(alloc[layer])
@@ -70,6 +69,32 @@ def per_head_select(name: str, view: CacheView, alloc: np.ndarray, stats: list[n
             pos = held[own]
             per.append(pos.copy() if n >= pos.size else
                        top_n(pos, votes(pos, stats[layer][h][own]), n, view.tail_start))
+        per_layer.append(per)
+    return union_selection(name, alloc, per_layer)
+
+
+def adaptive_split(view: CacheView, pos: list[np.ndarray], votes: list[np.ndarray], n: int,
+                   safe_n: int) -> list[np.ndarray]:
+    """Head-wise budgets (AdaKV, KVzip): per head, sorted kept positions, ``H * n`` in all. Head
+    ``h`` (holding int64 sorted ``pos[h]`` with scores ``votes[h]``) first keeps its own best
+    ``max(safe_n, tail)`` (the current step always); the other head-slots go to the best scores
+    over every head's remaining positions (ties: the more recent position, then the lower head)."""
+    H = len(pos)
+    safe = [top_n(p, v, min(max(safe_n, view.protected_tail), p.size), view.tail_start)
+            for p, v in zip(pos, votes)]
+    left = H * n - sum(s.size for s in safe)
+    rest = [~np.isin(p, s) for p, s in zip(pos, safe)]
+    cand_pos = np.concatenate([p[r] for p, r in zip(pos, rest)])
+    cand_votes = np.concatenate([np.asarray(v, dtype=np.float64)[r] for v, r in zip(votes, rest)])
+    cand_head = np.concatenate([np.full(int(r.sum()), h) for h, r in enumerate(rest)])
+    order = np.lexsort((cand_head, -cand_pos, -cand_votes))[:max(left, 0)]  # score, recency, head
+    return [np.sort(np.concatenate([s, cand_pos[order][cand_head[order] == h]])) for h, s in enumerate(safe)]
+
+
+def union_selection(name: str, alloc: np.ndarray, per_layer: list[list[np.ndarray]]) -> Selection:
+    """A per-head :class:`Selection` from per layer, per head sorted kept positions."""
+    kept, masks = [], []
+    for per in per_layer:
         union = np.unique(np.concatenate(per)).astype(np.int64)
         kept.append(union)
         masks.append(np.stack([np.isin(union, p) for p in per]))

@@ -76,10 +76,9 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
         masks = [m[:, m.any(axis=0)] for m in masks]
         stats.accumulated = [rng.gamma(0.5, 2.0, size=r.size) for r in retained]
         stats.window = [rng.gamma(0.5, 2.0, size=r.size) for r in retained]
-    stats.window_heads = [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
-                          for r, m in zip(retained, masks or [None] * L)]
-    stats.expected_heads = [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
-                            for r, m in zip(retained, masks or [None] * L)]
+    stats.window_heads, stats.expected_heads, stats.kvzip_heads = (
+        [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
+         for r, m in zip(retained, masks or [None] * L)] for _ in range(3))
     return CacheView(L, groups, T, classes, retained, protected_tail=tail, attention=stats,
                      prompt_len=prompt_len, head_mask=masks)
 

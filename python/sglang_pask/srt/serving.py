@@ -7,7 +7,8 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
 
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
   statistics (``pask``, ``streaming``, ``random``, ``full``); SnapKV, PyramidKV, AdaKV, Expected
-  Attention and H2O need attention statistics the server does not compute and are refused by name.
+  Attention, KVzip and H2O need attention statistics the server does not compute and are refused by
+  name.
 * ``--pask-budget B`` (default: the policy's budget).
 * The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
   ``--pask-interval N`` and the segment rule ``--pask-segment none|system``,
