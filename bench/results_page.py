@@ -39,6 +39,10 @@ ORDER: dict[str, str] = {
     "uncalibrated prior policy (reference runner, tiny eval split).",
     "pask-tiny-fc-calib-baselines-n100": "The baselines and their option variants on the calib split: "
     "which schedule and options are each baseline's strongest.",
+    "pask-tiny-fc-calib-baselines-2025-n100": "The per-KV-head forms of SnapKV and PyramidKV, AdaKV and "
+    "Expected Attention on the calib split, both schedules: which schedule is each one's strongest.",
+    "pask-tiny-fc-calib-kvzip-n100": "KVzip (prefill, its authors' schedule) beside SnapKV per KV head on "
+    "the calib split.",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
@@ -56,6 +60,8 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-parity-n10": "The first, small parity run.",
     "pask-tiny-fc-server-capacity": "Serving at a fixed KV memory: concurrency, throughput and TPOT, "
     "Full KV vs PASK@0.33.",
+    "compression-share-defaults": "Compression's share of the decode loop at the policy's own operating "
+    "point (what `--pask-policy` alone serves), 16 and 64 requests.",
     "pask-tiny-fc-server-shared-prefix": "Shared-prefix serving (4 tools blocks x 16 queries), radix "
     "cache on for both, whole-prompt policy.",
     "pask-tiny-fc-server-shared-prefix-own-kept": "Shared-prefix serving, each request's own tokens "

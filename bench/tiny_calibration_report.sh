@@ -10,7 +10,9 @@
 # on the calib split (bench/results/pask-tiny-fc-calib-baselines-n100); pask with the uncalibrated
 # prior; pask with the calibrated per-budget policies (policies/NAME.b<b>.json); and the ablations:
 # floors only (residual shares equal), residual only (floors 0), without span delimiters, and the
-# 0.33 policy used at the other budgets. Runs are resumable (rerun to finish); JOBS at a time.
+# 0.33 policy used at the other budgets. Newer baselines (issue 24): SnapKV and PyramidKV per KV
+# head (their authors' form), AdaKV, Expected Attention and KVzip, with kvpress's defaults.
+# Runs are resumable (rerun to finish); JOBS at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/pask-tiny-fc}
@@ -23,6 +25,10 @@ PRIOR=${PRIOR:-policies/$NAME.prior.json}
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
 JOBS=${JOBS:-2}
+# each newer baseline's schedule: the stronger on calib (n = 100, 0.5 / 0.33 / 0.2; prefill won or
+# tied every budget for all: bench/results/pask-tiny-fc-calib-baselines-2025-n100). KVzip only at
+# prefill: its authors compress the context once (a reconstruction forward per compression)
+SCHED_SNAPKV_PH=prefill SCHED_PYRAMIDKV_PH=prefill SCHED_ADAKV=prefill SCHED_EXPECTED=prefill SCHED_KVZIP=prefill
 # one thread per run: JOBS runs of torch's default thread count oversubscribe the cores
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 PASK=.venv/bin/pask
@@ -42,6 +48,13 @@ for b in $BUDGETS; do
   done
   for m in streaming h2o snapkv pyramidkv random; do ev "$m-$b" --method "$m" --budget "$b"; done
   ev "h2o-normalized-$b" --method h2o --method-opt normalize=true --budget "$b"
+  # the per-KV-head forms (SnapKV's and PyramidKV's authors, kvpress) and the 2025 baselines, each
+  # at its stronger schedule on calib (bench/results/pask-tiny-fc-calib-baselines-2025-n100)
+  ev "snapkv-per-head-$b" --method snapkv --method-opt per_head=true --budget "$b" --schedule "$SCHED_SNAPKV_PH"
+  ev "pyramidkv-per-head-$b" --method pyramidkv --method-opt per_head=true --budget "$b" --schedule "$SCHED_PYRAMIDKV_PH"
+  ev "adakv-$b" --method adakv --budget "$b" --schedule "$SCHED_ADAKV"
+  ev "expected-attention-$b" --method expected_attention --budget "$b" --schedule "$SCHED_EXPECTED"
+  ev "kvzip-$b" --method kvzip --budget "$b" --schedule "$SCHED_KVZIP"
   ev "pask-prior-$b" --method pask --policy "$PRIOR" --budget "$b"
   ev "pask-calibrated-$b" --method pask --policy "$cal" --budget "$b"
   ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
@@ -54,7 +67,9 @@ runs=(); for d in "$OUT"/*/; do [[ -f "$d/summary.json" ]] && runs+=("$d"); done
 $PASK report "${runs[@]}" --out "$RESULTS"
 commas=$(echo $BUDGETS | tr ' ' ',')
 bases=()
-for m in streaming h2o h2o-normalized snapkv pyramidkv; do bases+=(--baseline "$m=$OUT/$m-{b}"); done
+for m in streaming h2o h2o-normalized snapkv pyramidkv snapkv-per-head pyramidkv-per-head adakv expected-attention kvzip; do
+  bases+=(--baseline "$m=$OUT/$m-{b}")
+done
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" "${bases[@]}" \
   --budgets "$commas" --out "$RESULTS/vs-strongest-baseline.md"
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
