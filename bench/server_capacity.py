@@ -19,8 +19,9 @@ bench_serving's output throughput.
 
 Part 2, TPOT: a random-weight Qwen3 (shape :data:`TPOT_MODEL`, built into a temp dir by
 ``sglang_pask.tiny.build_random``) with a structure-prior policy for its shape (``pask policy
-prior``), prompts of ``--contexts`` tokens, a few concurrent requests; median TPOT Full vs PASK@b,
-each server sized for the same KV bytes.
+prior``), or ``--tpot-model`` (a model folder, with ``--tpot-policy``), prompts of ``--contexts``
+tokens, a few concurrent requests; median TPOT Full vs PASK@b, each server sized for the same KV
+bytes.
 
     .venv/bin/python bench/server_capacity.py --out bench/results/pask-tiny-fc-server-capacity
     .venv/bin/python bench/server_capacity.py --quick --out /tmp/sc      # a small smoke run
@@ -249,15 +250,19 @@ def part_tpot(a, work: Path) -> dict:
     from sglang_pask.tiny.build_random import build
     from transformers import AutoTokenizer
 
-    mdir = work / "random-qwen3"
-    shape = SHAPES[a.tpot_shape]
-    params = build(str(mdir), seed=0, overrides=shape)
-    policy = work / "random-qwen3.prior.json"
-    subprocess.run([sys.executable, "-m", "sglang_pask.cli", "policy", "prior", "--model", str(mdir),
-                    "--groups", "2", "--budget", str(a.budget), "--out", str(policy)], check=True,
-                   capture_output=True)
+    if a.tpot_model:  # a model on disk with its own policy (the real model), not a random one
+        mdir, policy = Path(a.tpot_model), a.tpot_policy or a.policy
+        out = {"model": {"path": str(mdir), "policy": str(policy)}, "contexts": {}}
+    else:
+        mdir = work / "random-qwen3"
+        shape = SHAPES[a.tpot_shape]
+        params = build(str(mdir), seed=0, overrides=shape)
+        policy = work / "random-qwen3.prior.json"
+        subprocess.run([sys.executable, "-m", "sglang_pask.cli", "policy", "prior", "--model", str(mdir),
+                        "--groups", "2", "--budget", str(a.budget), "--out", str(policy)], check=True,
+                       capture_output=True)
+        out = {"model": {"params": params, "shape": a.tpot_shape, **shape}, "contexts": {}}
     tok = AutoTokenizer.from_pretrained(str(mdir))
-    out = {"model": {"params": params, "shape": a.tpot_shape, **shape}, "contexts": {}}
     for ctx in a.contexts:
         reqs = tool_requests(tok, a.tpot_requests, ctx, a.seed + ctx)
         ds = work / f"tpot-{ctx}.jsonl"
@@ -298,7 +303,9 @@ def plot(results: dict, path: Path) -> None:
         ax[2].bar([k + (j - 0.5) * w for k in range(len(ctxs))], ys, w, color=color,
                   label="Full" if name == "full" else f"PASK@{cap['budget']:g}")
     ax[2].set_xticks(range(len(ctxs)), [f"{c} ctx" for c in ctxs])
-    ax[2].set_title(f"median TPOT (ms), random Qwen3 {results['tpot']['model']['params'] / 1e6:.0f}M")
+    m = results["tpot"]["model"]
+    ax[2].set_title("median TPOT (ms), " + (Path(m["path"]).name if "path" in m else
+                                            f"random Qwen3 {m['params'] / 1e6:.0f}M"))
     ax[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -365,9 +372,11 @@ def report(results: dict, meta: dict) -> str:
     if not t:
         return "\n".join(lines) + "\n"
     m = t["model"]
-    lines += [f"## TPOT: random-weight Qwen3, {m['params'] / 1e6:.1f}M parameters ({m['num_hidden_layers']} layers, "
-              f"hidden {m['hidden_size']}, {m['num_key_value_heads']} KV heads x {m['head_dim']}), prior policy",
-              "", "| context | requests | Full KV tokens | Full median TPOT ms | PASK median TPOT ms | PASK / Full |",
+    title = (f"## TPOT: `{m['path']}`, policy `{m['policy']}`" if "path" in m else
+             f"## TPOT: random-weight Qwen3, {m['params'] / 1e6:.1f}M parameters ({m['num_hidden_layers']} layers, "
+             f"hidden {m['hidden_size']}, {m['num_key_value_heads']} KV heads x {m['head_dim']}), prior policy")
+    lines += [title, "",
+              "| context | requests | Full KV tokens | Full median TPOT ms | PASK median TPOT ms | PASK / Full |",
               "|---:|---:|---:|---:|---:|---:|"]
     for ctx, c in t["contexts"].items():
         lines.append(f"| {c['dataset']['prompt_tokens_median']:.0f} (target {ctx}) | {c['dataset']['requests']} | "
@@ -394,6 +403,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tpot-shape", default="27m", choices=tuple(SHAPES),
                    help="the random model of part 2 (default 27m; qwen3-4b for a GPU)")
+    p.add_argument("--tpot-model", default=None,
+                   help="part 2 on this model folder instead of a random one (with --tpot-policy, default --policy)")
+    p.add_argument("--tpot-policy", default=None)
     p.add_argument("--server-args", default="",
                    help="extra flags for every server of both parts, e.g. '--attention-backend flashinfer "
                         "--disable-cuda-graph' on a GPU (split on spaces)")
