@@ -43,6 +43,8 @@ ORDER: dict[str, str] = {
     "Expected Attention on the calib split, both schedules: which schedule is each one's strongest.",
     "pask-tiny-fc-calib-kvzip-n100": "KVzip (prefill, its authors' schedule) beside SnapKV per KV head on "
     "the calib split.",
+    "pask-tiny-fc-kept-by-class-calib": "Why KVzip beats calibrated PASK on the tiny model: what each "
+    "method keeps at prefill end, by structural class and by layer (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
