@@ -74,6 +74,8 @@ done
   --budgets "$commas" --out "$RESULTS/vs-strongest-baseline.md"
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full.md"
+.venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
+  --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
 { echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
