@@ -43,6 +43,9 @@ ORDER: dict[str, str] = {
     "Expected Attention on the calib split, both schedules: which schedule is each one's strongest.",
     "pask-tiny-fc-calib-kvzip-n100": "KVzip (prefill, its authors' schedule) beside SnapKV per KV head on "
     "the calib split.",
+    "pask-tiny-fc-calib-pask-b0.33-n100": "Calibrated PASK (its 0.33 policy) on the calib split it was "
+    "chosen on, beside the baselines' calib tables.",
+    "pask-tiny-fc-calib-pask-b0.2-n100": "Calibrated PASK (its 0.2 policy) on the calib split.",
     "pask-tiny-fc-kept-by-class-calib": "Why KVzip beats calibrated PASK on the tiny model: what each "
     "method keeps at prefill end, by structural class and by layer (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
