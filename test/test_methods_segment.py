@@ -15,7 +15,9 @@ from sglang_pask.methods.segment import check_method, own_held, own_kept, own_vi
 from sglang_pask.methods.testing import KV_HEADS, random_view
 from test_methods_invariants import BUDGETS, VARIANTS, build, check_invariants
 
-SEG_VARIANTS = [(n, o, s) for n, o, s in VARIANTS if not o.get("per_head")]
+#: per-KV-head rules (an option or the class's own) do not compress by segments (segment.check_method)
+SEG_VARIANTS = [(n, o, s) for n, o, s in VARIANTS
+                if not (o.get("per_head") or getattr(METHODS[n], "per_head", False) is True)]
 IDS = [f"{n}{''.join(f'[{k}]' for k in o)}-{s}" for n, o, s in SEG_VARIANTS]
 
 

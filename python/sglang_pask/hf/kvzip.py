@@ -28,14 +28,16 @@ OVERLAP = 8  # kvpress prev_postfix_size
 def _texts(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(first request ids, later request ids, suffix ids): the suffix is what the chat template
     writes between a user message's content and the assistant's turn (kvpress's dummy split)."""
+    from sglang_pask.rendering import render_chat
+
     enc = functools.partial(tokenizer.encode, add_special_tokens=False)
     suffix = "\n"
     if getattr(tokenizer, "chat_template", None):
         dummy = "dummy context"
         sep = "\n" + "#" * len(dummy)
-        text = tokenizer.apply_chat_template([{"role": "user", "content": dummy + sep}], tokenize=False,
-                                             add_generation_prompt=True, enable_thinking=False)
-        suffix = text.split(sep)[1]
+        body = {"messages": [{"role": "user", "content": dummy + sep}],
+                "chat_template_kwargs": {"enable_thinking": False}}
+        suffix = tokenizer.decode(render_chat(tokenizer, body).token_ids).split(sep)[1]
     return tuple(enc(FIRST)), tuple(enc(LATER)), tuple(enc(suffix))
 
 
