@@ -9,9 +9,8 @@ import pytest
 import torch
 from sglang_pask.hf import Runner
 from sglang_pask.hf.expected import expected_heads
-from sglang_pask.hf.testing import tiny_qwen3
+from sglang_pask.hf.testing import random_prompt
 from sglang_pask.methods import make_method
-from transformers import AutoTokenizer
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -21,10 +20,7 @@ P = 40  # prompt tokens
 
 @pytest.fixture(scope="module")
 def setup():
-    tok = AutoTokenizer.from_pretrained(str(TINY))
-    model = tiny_qwen3(4096, layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, seed=3)
-    ids = torch.randint(0, 4096, (P,), generator=torch.Generator().manual_seed(0)).tolist()
-    return tok, model, ids
+    return random_prompt(TINY, P, seed=3)
 
 
 def run(setup, **options):

@@ -10,9 +10,8 @@ import pytest
 import torch
 from sglang_pask.hf import Runner
 from sglang_pask.hf.kvzip import _texts, kvzip_heads
-from sglang_pask.hf.testing import tiny_qwen3
+from sglang_pask.hf.testing import random_prompt
 from sglang_pask.methods import make_method
-from transformers import AutoTokenizer
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 TINY = ROOT / "models" / "tiny-random-qwen3"
@@ -21,10 +20,7 @@ P = 48
 
 @pytest.fixture(scope="module")
 def setup():
-    tok = AutoTokenizer.from_pretrained(str(TINY))
-    model = tiny_qwen3(4096, layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, seed=5)
-    ids = torch.randint(0, 4096, (P,), generator=torch.Generator().manual_seed(1)).tolist()
-    return tok, model, ids
+    return random_prompt(TINY, P, seed=5)
 
 
 def prefilled(setup, **options):

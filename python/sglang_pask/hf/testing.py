@@ -100,6 +100,17 @@ def tiny_qwen3(vocab_size: int, layers: int = 4, hidden: int = 64, heads: int = 
     return Qwen3ForCausalLM(cfg).to(dtype).eval()
 
 
+def random_prompt(tokenizer_dir, prompt_len: int, seed: int):
+    """(tokenizer from ``tokenizer_dir``, a 2-layer random Qwen3 of 4 query / 2 KV heads seeded
+    ``seed``, ``prompt_len`` random token ids): the inputs of the engine-statistics tests."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    model = tiny_qwen3(4096, layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, seed=seed)
+    ids = torch.randint(0, 4096, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return tok, model, ids
+
+
 # ---- test-only KV methods (uneven per-layer allocations; a statistics consumer) -------------
 
 
