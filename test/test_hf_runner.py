@@ -8,7 +8,6 @@ per-layer allocations, an attention-statistics method), each under both schedule
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -40,15 +39,13 @@ BUDGET, EVERY, NEW = 0.4, 4, 20
 def _variants():
     from sglang_pask.methods import METHODS as REGISTRY
     from sglang_pask.methods import SCHEDULES
+    from sglang_pask.methods.testing import option_variants
 
     out = []
     for name in METHODS:
         if name in ("full", "test_keep_all"):  # keep-all methods run at budget 1.0 only (below)
             continue
-        opts = [{}]
-        if name in REGISTRY:
-            fields = {f.name for f in dataclasses.fields(REGISTRY[name])}
-            opts += [{o: True} for o in ("per_head", "normalize") if o in fields]
+        opts = option_variants(REGISTRY[name]) if name in REGISTRY else [{}]
         out += [(name, o, s) for o in opts for s in SCHEDULES]
     return out
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_pask.methods import METHODS, SCHEDULES, CacheView, make_method
-from sglang_pask.methods.testing import KV_HEADS, random_policy, random_view
+from sglang_pask.methods.testing import KV_HEADS, option_variants, random_policy, random_view
 
 BUDGETS = st.one_of(st.just(1.0), st.sampled_from([1e-3, 0.01, 0.05, 0.33]),
                     st.floats(1e-3, 1.0, allow_nan=False))
@@ -23,14 +23,9 @@ SETTINGS = settings(max_examples=120, deadline=None, derandomize=True,
 
 
 def variants() -> list[tuple[str, dict]]:
-    """(name, options) for every registered method, plus one per boolean option that changes
-    the rule (``per_head``, ``normalize``) set to True."""
-    out = []
-    for name, cls in sorted(METHODS.items()):
-        out.append((name, {}))
-        names = {f.name for f in dataclasses.fields(cls)}
-        out += [(name, {opt: True}) for opt in ("per_head", "normalize") if opt in names]
-    return out
+    """(name, options) for every registered method, plus one per option that changes the rule
+    (``per_head``, ``normalize``, PASK's ``attention_blend``: :data:`RULE_OPTIONS`)."""
+    return [(name, o) for name, cls in sorted(METHODS.items()) for o in option_variants(cls)]
 
 
 VARIANTS = [(n, o, s) for n, o in variants() for s in SCHEDULES]

@@ -158,3 +158,60 @@ def test_down_scaling_order(seed, budget):
         r = ranks[g][cls]
         for rank in np.unique(r[protected & in_kept]):
             assert in_kept[protected & (r < rank)].all(), "a less sensitive class kept first"
+
+
+# ---- the attention-informed residual (attention_blend) ----------------------------------------
+
+def blend_view(window_size=2) -> CacheView:
+    """schema_view with SnapKV window votes on every layer: one spike at position 12 (QUERY_TEXT),
+    all else 0; the last ``window_size`` positions are the observation window."""
+    from sglang_pask.methods import AttentionStats
+
+    view = schema_view()
+    votes = np.zeros(40)
+    votes[12] = 5.0
+    view.attention = AttentionStats(window=[votes.copy(), votes.copy()], window_size=window_size)
+    return view
+
+
+def test_blend_one_ranks_the_residual_by_the_pooled_window_votes():
+    # no floors, no sinks, no recent window: S = floor(0.25*2*40) = 20, 10 per layer, all residual
+    # but the current step (39). v = 1 for the pooled spike 9..15 (kernel 7) and the observation
+    # window 38..39, 0 elsewhere; beta = 1 ignores the class order, ties go newest first (37).
+    p = policy({}, shares=(0.5, 0.5), sinks=0, window=0).model_copy(update={"attention_blend": 1.0})
+    sel = make_method("pask", 0.25, policy=p).select(blend_view())
+    for k in sel.kept:
+        assert k.tolist() == [*R(9, 16), 37, 38, 39]
+
+
+def test_blend_between_keeps_class_order_below_the_votes():
+    # beta = 0.5: a voted QUERY_TEXT (v = 1) beats an unvoted TOOL_NAME (rank 0: p < 1), and among
+    # unvoted positions the class order still decides: the 5 TOOL_NAME tokens come next.
+    # S = floor(0.3*2*40) = 24, 12 per layer: the 9 voted (9..15, 38, 39), then the 3 newest of
+    # the unvoted TOOL_NAME tokens (5..8, rank 0), not the newer QUERY_TEXT ones.
+    p = policy({}, shares=(0.5, 0.5), sinks=0, window=0).model_copy(update={"attention_blend": 0.5})
+    sel = make_method("pask", 0.3, policy=p).select(blend_view())
+    for k in sel.kept:
+        assert k.tolist() == [6, 7, 8, *R(9, 16), 38, 39]
+
+
+def test_blend_zero_is_the_lookup_bit_for_bit():
+    view = blend_view()
+    for seed in range(5):
+        p = random_policy(seed, [[0], [1]])
+        a = make_method("pask", 0.3, policy=p).select(view)
+        b = make_method("pask", 0.3, policy=p, attention_blend=0.0).select(view)
+        assert all(np.array_equal(x, y) for x, y in zip(a.kept, b.kept))
+    assert make_method("pask", 0.3, policy=p).needs_attention is None
+
+
+def test_blend_needs_window_statistics_and_is_refused_where_there_are_none():
+    p = policy({}).model_copy(update={"attention_blend": 0.5})
+    m = make_method("pask", 0.3, policy=p)
+    assert m.needs_attention == "window" and m.attention_window == 32
+    with pytest.raises(ValueError, match="needs attention.window"):
+        m.select(schema_view())
+    with pytest.raises(ValueError, match="batched selection has no attention statistics"):
+        m.select_padded(None)
+    with pytest.raises(ValueError, match=r"attention_blend .*must be in \[0, 1\]"):
+        make_method("pask", 0.3, policy=p, attention_blend=1.5)

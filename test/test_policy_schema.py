@@ -190,3 +190,29 @@ def test_policy_is_usable_by_pask(doc):
     view = CacheView(4, p.groups, T, np.full(T, StructClass.QUERY_TEXT), [np.arange(T)] * 4)
     sel = make_method("pask", policy=p).select(view)
     assert sum(len(k) for k in sel.kept) <= view.budget_slots(0.33)
+
+
+def test_attention_blend_is_left_out_at_zero_and_named_when_out_of_range(tmp_path, doc):
+    from sglang_pask.policy.digest import policy_hash
+
+    plain = Policy.model_validate(doc)
+    assert plain.attention_blend == 0.0 and "attention_blend" not in plain.document()
+    zero = Policy.model_validate({**doc, "attention_blend": 0.0})
+    assert policy_hash(zero) == policy_hash(plain)  # the pure lookup hashes as before the field
+    save_policy(zero, tmp_path / "z.json")
+    assert "attention_blend" not in json.loads((tmp_path / "z.json").read_text())
+    half = Policy.model_validate({**doc, "attention_blend": 0.5})
+    assert policy_hash(half) != policy_hash(plain)
+    save_policy(half, tmp_path / "h.json")
+    assert load_policy(tmp_path / "h.json").attention_blend == 0.5
+    with pytest.raises(PolicyError, match=r"attention_blend = 1.5 is outside \[0, 1\]"):
+        load_policy(write(tmp_path, {**doc, "attention_blend": 1.5}))
+
+
+def test_the_server_refuses_an_attention_informed_policy(tmp_path, doc):
+    from sglang_pask.srt.serving import build_config
+
+    with pytest.raises(ValueError, match=r"attention_blend = 0.5 ranks the residual by attention statistics "
+                                          r"\(window\) that the server does not compute"):
+        build_config(write(tmp_path, {**doc, "attention_blend": 0.5}))
+    assert build_config(write(tmp_path, doc)).method.needs_attention is None

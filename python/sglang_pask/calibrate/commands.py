@@ -52,6 +52,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "(minus the mean KL from Full KV's next-token distributions along the gold call: "
                         "no generation, no offsetting between positions); the held-out check generates "
                         "either way (default accuracy)")
+    p.add_argument("--attention-blend", action="store_true",
+                   help="search the attention-informed family too: the residual's order inside a group "
+                        "blended with SnapKV's window votes (policy field attention_blend, tried at 0, "
+                        "0.25, 0.5, 0.75, 1, after the other axes). Such policies run on the reference "
+                        "runner only (the server computes no attention statistics and refuses them)")
     p.add_argument("--sensitivity-signal", default="both", choices=("both", "nll"),
                    help="what each sensitivity probe measures: both (generation + BFCL's checker, and the "
                         "teacher-forced gold NLL) or nll (the gold NLL only: one forward per probe, no "
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                      main_budget=args.main_budget, segment_rule=rule, prefill_memo_mb=args.prefill_memo_mb,
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
-                     reuse_stages=args.reuse_stages)
+                     reuse_stages=args.reuse_stages, attention_blend=args.attention_blend)
         if cfg.reuse_stages:
             from pathlib import Path
 

@@ -24,6 +24,10 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
   neighbours still hold it (on the real model the names scored ~0 in groups 0-1), so no order built
   from S floors them there; dropping them from three groups at once is what made the real model
   call ``get_weather {}``. Pinning is a searched member like the others, never forced.
+* ``blend`` (only in :data:`BLEND_AXES`): the policy's ``attention_blend`` (0: the pure class-
+  priority lookup, what the server and the radix segment run; > 0 blends SnapKV's window votes
+  into the residual's order, reference runner only). Visited last, so the attention-informed
+  search scores every member the pure one does first, and keeps 0 unless a blend beats it.
 
 :data:`AXES` are the values the coordinate search (:mod:`.search`) tries for each field, from
 :data:`START`.
@@ -40,7 +44,8 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "PINS", "START", "sensitivity_score", "class_order", "residual_shares", "compile_policy"]
+__all__ = ["Member", "AXES", "BLEND_AXES", "PINS", "START", "sensitivity_score", "class_order", "residual_shares",
+           "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Member:
     tilt: float = 0.0
     rank: str = "total"
     pin: str = ""  # a key of PINS
+    blend: float = 0.0  # the policy's attention_blend
 
     def __post_init__(self):
         if self.pin not in PINS:
@@ -62,7 +68,8 @@ class Member:
     @property
     def label(self) -> str:
         return (f"rank={self.rank} w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g} "
-                f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else ""))
+                f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else "")
+                + (f" blend={self.blend:g}" if self.blend else ""))
 
 
 #: the class sets a member may pin in every group (floor 1): none, the names a call copies, and the
@@ -84,6 +91,9 @@ AXES: dict[str, tuple] = {
     "top_k": (0, 1, 3),
     "alpha": (0.0, 1.0),
 }
+#: the attention-informed family (``pask calibrate --attention-blend``): :data:`AXES` plus the
+#: blend, visited last; its policies run on the reference runner only, so it is opt-in
+BLEND_AXES: dict[str, tuple] = {**AXES, "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
 #: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
 START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 
@@ -144,6 +154,7 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
+        "attention_blend": member.blend,
         "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })

@@ -26,7 +26,7 @@ import numpy as np
 
 import sglang_pask
 from sglang_pask.calibrate.distortion import measure_distortion
-from sglang_pask.calibrate.family import Member, compile_policy, sensitivity_score
+from sglang_pask.calibrate.family import AXES, BLEND_AXES, Member, compile_policy, sensitivity_score
 from sglang_pask.calibrate.search import OBJECTIVES, check_policy, max_members, search_budget
 from sglang_pask.calibrate.sensitivity import SIGNALS, measure_sensitivity, work_units
 from sglang_pask.eval.data import load_spec, parse_spec
@@ -76,6 +76,13 @@ class Config:
     #: code, whose measured stages (sensitivity, distortion) this run adopts instead of measuring
     #: them again; the record says so (``reused``). Not part of :meth:`record_key`.
     reuse_stages: Optional[str] = None
+    #: search :data:`~.family.BLEND_AXES` (the attention-informed residual) instead of :data:`~.family.AXES`
+    attention_blend: bool = False
+
+    @property
+    def axes(self) -> dict:
+        """The family axes the search visits."""
+        return BLEND_AXES if self.attention_blend else AXES
 
     @property
     def point(self) -> OperatingPoint:
@@ -87,7 +94,7 @@ class Config:
         fields at their defaults are left out, so older records still match)."""
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
-                            "search_passes", "search_objective", "reuse_stages")}
+                            "search_passes", "search_objective", "reuse_stages", "attention_blend")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -100,6 +107,8 @@ class Config:
             key["search_passes"] = self.search_passes
         if self.search_objective != "accuracy":
             key["search_objective"] = self.search_objective
+        if self.attention_blend:
+            key["attention_blend"] = True
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -180,7 +189,7 @@ REUSABLE_STAGES = ("sensitivity", "distortion")
 
 #: configuration fields that only the search and the check read: a record that differs in them
 #: measured the same sensitivity and distortion
-SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n")
+SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend")
 
 
 def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
@@ -269,9 +278,9 @@ def calibrate(cfg: Config) -> dict:
                 partial["seconds"] = round(before + time.perf_counter() - t, 1)
                 save()
 
-            with _bar(1 + max_members(passes=cfg.search_passes), f"search b={k}") as bar:
+            with _bar(1 + max_members(cfg.axes, passes=cfg.search_passes), f"search b={k}") as bar:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
-                                            tick=bar.update, passes=cfg.search_passes,
+                                            tick=bar.update, axes=cfg.axes, passes=cfg.search_passes,
                                             objective=cfg.search_objective, progress=partial, save=save_progress,
                                             references=references)
             del doc["search_progress"][k]

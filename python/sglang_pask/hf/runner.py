@@ -452,8 +452,9 @@ def _stop_ids(model, tokenizer) -> list[int]:
 
 
 def _window_size(method: KVMethod) -> int:
-    """How many of the latest queries the window statistic covers (the method's ``window``)."""
-    w = getattr(method, "window", 0)
+    """How many of the latest queries the window statistic covers (the method's
+    ``attention_window`` where it has one, else its ``window``)."""
+    w = getattr(method, "attention_window", None) or getattr(method, "window", 0)
     if not w:
         raise ValueError(f"{method.name} needs window attention but has no window field")
     return int(w)

@@ -18,7 +18,12 @@ Budget arithmetic, per compression point (``S = floor(b*L*T)``, ``L`` layers, gr
    order), span delimiters -- ``SCHEMA_PUNCT`` / ``OUT_DELIM`` tokens right next to a granted
    protected token (the quotes, colons and commas of a protected name: research/tiny_spike.md
    found isolated structure tokens corrupt the JSON; ``span_delimiters=False`` turns this off)
-   -- then by class priority, then recency.
+   -- then by class priority, then recency. With ``attention_blend = beta > 0`` the residual's
+   score inside its tier is ``C * ((1 - beta) * p + beta * v)``: ``p = (C - 1 - rank + recency)
+   / C`` in [0, 1) (the lookup's order), ``v`` in [0, 1] SnapKV's vote -- the observation
+   window's attention (last :data:`OBSERVATION` queries) summed over the group's layers, max-
+   pooled over the prefix (kernel :data:`KERNEL`) and divided by its maximum; the window's own
+   positions vote 1. ``beta = 1`` is SnapKV's order among the residual, ``beta = 0`` the lookup.
 
 Every layer of a group keeps the same set (one decision per group).
 """
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
-from sglang_pask.methods.scorer import recency, top_n
+from sglang_pask.methods.scorer import max_pool, recency, top_n
 from sglang_pask.policy.digest import policy_hash
 from sglang_pask.structure.classes import StructClass
 
@@ -46,7 +51,9 @@ DELIMITERS = np.array([StructClass.SCHEMA_PUNCT, StructClass.OUT_DELIM])
 SINK, WINDOW = 3 * C + 10, 3 * C + 9
 PROTECTED = 2 * C + 5  # + (C - 1 - rank): [2C+5, 3C+4]
 DELIMITER = 2 * C + 4
-RESIDUAL = C + 2  # + (C - 1 - rank): [C+2, 2C+1]
+RESIDUAL = C + 2  # + (C - 1 - rank): [C+2, 2C+1]; blended: + [0, C], still below DELIMITER
+#: the attention-informed residual's observation window and pooling kernel (SnapKV's defaults)
+OBSERVATION, KERNEL = 32, 7
 
 
 NO_POLICY = "pask needs a policy: pass --policy FILE (or policy=... in Python)"
@@ -63,8 +70,9 @@ class Pask(KVMethod):
     operating point, :attr:`~sglang_pask.policy.Policy.point`; a format-1 policy: ``continuous``,
     1), ``policy`` (required; compared, hashed and recorded by
     :func:`~sglang_pask.policy.digest.policy_hash`, shown in ``repr`` by its name only),
-    ``span_delimiters``. Sinks and the recent window are the policy's (:attr:`sinks`,
-    :attr:`window`)."""
+    ``span_delimiters``, ``attention_blend`` (None: the policy's; > 0 ranks the residual partly by
+    SnapKV's window votes and then needs ``attention.window``). Sinks and the recent window are
+    the policy's (:attr:`sinks`, :attr:`window`)."""
 
     name = "pask"
     per_group = True
@@ -74,6 +82,7 @@ class Pask(KVMethod):
     interval: Optional[int] = None
     policy: Optional["Policy"] = field(default=None, compare=False, repr=False)
     span_delimiters: bool = True
+    attention_blend: Optional[float] = None
     policy_name: Optional[str] = field(init=False, default=None)
     policy_sha256: str = field(init=False, default="", repr=False)
 
@@ -88,12 +97,20 @@ class Pask(KVMethod):
             self._set("interval", point.interval if point is not None else 1)
         super().__post_init__()
         self._check("span_delimiters", isinstance(self.span_delimiters, (bool, np.bool_)), "must be a bool")
+        blend = self.policy.attention_blend if self.attention_blend is None else self.attention_blend
+        self._check("attention_blend", isinstance(blend, (int, float)) and 0.0 <= blend <= 1.0, "must be in [0, 1]")
+        self._set("attention_blend", float(blend))
+        # an instance attribute over the class's None: the registry's pask needs no statistics,
+        # an attention-informed one needs the window's (the engines ask the instance)
+        self._set("needs_attention", "window" if blend > 0 else None)
         self._set("policy_name", self.policy.name)
         self._set("policy_sha256", policy_hash(self.policy))
 
     def record(self) -> dict:
         out = super().record()
         out["policy"] = {"name": self.policy.name, "sha256": self.policy_sha256}
+        if not self.attention_blend:  # the pure lookup records as before the field existed
+            del out["attention_blend"]
         return out
 
     @property
@@ -103,6 +120,11 @@ class Pask(KVMethod):
     @property
     def window(self) -> int:
         return int(self.policy.recent_window)
+
+    @property
+    def attention_window(self) -> int:
+        """Queries the window statistic covers (the engines record that many)."""
+        return OBSERVATION
 
     @cached_property
     def floors(self) -> np.ndarray:
@@ -149,10 +171,29 @@ class Pask(KVMethod):
             if need > 0:
                 protected[np.flatnonzero(of_c & ~anchor)[-need:]] = True
         score = RESIDUAL + (C - 1 - rank) + rec
+        if self.attention_blend > 0:
+            b = self.attention_blend
+            score = RESIDUAL + C * ((1.0 - b) * (C - 1 - rank + rec) / C + b * self._votes(view, g, held))
         score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
         score = np.where(window, WINDOW + rec, score)
         score = np.where(sink, SINK + rec, score)
         return score, anchor | protected, protected
+
+    def _votes(self, view: CacheView, g: int, held: np.ndarray) -> np.ndarray:
+        """float ``[m]`` in [0, 1] for group ``g``'s held positions ``held`` ``[m]``: the window's
+        attention summed over the group's layers, max-pooled over the prefix and divided by its
+        maximum (0 where the prefix received none); the observation window itself votes 1."""
+        if view.attention is None:
+            raise ValueError("pask with attention_blend > 0 needs attention.window; the engine gave "
+                             "no attention statistics")
+        stats = view.attention.get("window", view)
+        votes = np.sum([stats[layer] for layer in view.groups[g]], axis=0)
+        observed = held >= view.seq_len - view.attention.window_size
+        out = np.ones(held.size)
+        pooled = max_pool(votes[~observed], KERNEL)
+        top = pooled.max(initial=0.0)
+        out[~observed] = pooled / top if top > 0 else 0.0
+        return out
 
     def _plan(self, view: CacheView):
         """(allocation [L], per-group scores or None, info)."""
@@ -253,6 +294,9 @@ class Pask(KVMethod):
         :meth:`_plan` runs in Python. Equal to :meth:`select` request by request."""
         from sglang_pask.methods.padded import top_n_mask
 
+        if self.attention_blend > 0:
+            raise ValueError("pask: the batched selection has no attention statistics "
+                             f"(attention_blend = {self.attention_blend:g}); use select per request")
         L, G = batch.num_layers, len(batch.groups)
         if [list(g) for g in batch.groups] != self.policy.groups or L != self.policy.model.num_layers:
             raise ValueError(f"pask: the batch's {L} layers in groups {[list(g) for g in batch.groups]} do "

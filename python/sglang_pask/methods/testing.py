@@ -85,6 +85,18 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
 
 KV_HEADS = 2
 
+#: the options that change a method's rule, each with the value its test variant uses (the
+#: invariant matrices run every registered method as is and once per option it has)
+RULE_OPTIONS = {"per_head": True, "normalize": True, "attention_blend": 0.5}
+
+
+def option_variants(cls) -> list[dict]:
+    """``[{}]`` plus one ``{option: value}`` per :data:`RULE_OPTIONS` entry that ``cls`` has."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return [{}] + [{k: v} for k, v in RULE_OPTIONS.items() if k in names]
+
 
 def head_subsets(rng: np.random.Generator, held: np.ndarray, tail_start: int, heads: int,
                  equal: bool = True) -> np.ndarray:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def canonical_json(policy: "Policy") -> str:
     """The policy as JSON with sorted keys, no whitespace, UTF-8 text: equal policies (same
     field values, whatever file layout they were read from) give the same string."""
-    return json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
+    return json.dumps(policy.document(), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False, allow_nan=False)
 
 

@@ -117,7 +117,7 @@ def check_binding(policy: "Policy", model_dir: str | os.PathLike, what: str = "p
 def save_policy(policy: "Policy", path: str | os.PathLike) -> None:
     """Write ``policy`` as indented JSON (stable key order: the schema's field order; a list of
     scalars on one line)."""
-    text = _dumps(policy.model_dump(mode="json")) + "\n"
+    text = _dumps(policy.document()) + "\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -11,6 +11,7 @@ names)::
      "floor": [{"TOOL_NAME": 1.0, ...}, ...],    # per group: share of a class that must persist
      "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
      "sinks": 4, "recent_window": 16, "budget": 0.33,
+     "attention_blend": 0.5,                     # optional (absent = 0): see Policy.attention_blend
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
@@ -90,6 +91,11 @@ class Policy(BaseModel):
     sinks: int
     recent_window: int
     budget: float
+    #: the residual's order inside a group: 0 (the default, left out of the file and of the hash)
+    #: is the pure class-priority lookup; ``beta`` in (0, 1] blends it with SnapKV's observation-
+    #: window votes at the compression point (:class:`~sglang_pask.methods.pask.Pask`), which needs
+    #: attention statistics (the reference runner has them; the server refuses such a policy)
+    attention_blend: float = 0.0
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
@@ -102,6 +108,14 @@ class Policy(BaseModel):
             # built in code without one: the engines' defaults (a file must say it: document.py)
             self.operating_point = OperatingPointModel(schedule="continuous")
         return self
+
+    def document(self) -> dict:
+        """The file form (JSON types): :meth:`model_dump` without ``attention_blend`` when it is 0,
+        so the pure-lookup policies read, write and hash as before the field existed."""
+        doc = self.model_dump(mode="json")
+        if not doc["attention_blend"]:
+            del doc["attention_blend"]
+        return doc
 
     # ---- lookups used by the pask method (class axis: StructClass ints) ----
 
@@ -182,6 +196,8 @@ def _problems(p: Policy):
         yield f"recent_window = {p.recent_window} is negative"
     if not (0.0 < p.budget <= 1.0):
         yield f"budget = {p.budget} is outside (0, 1]"
+    if not (0.0 <= p.attention_blend <= 1.0):  # NaN fails too
+        yield f"attention_blend = {p.attention_blend} is outside [0, 1]"
     if p.format in OLD_FORMATS and p.operating_point is not None:
         yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
     if p.operating_point is not None:

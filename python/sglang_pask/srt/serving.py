@@ -151,6 +151,11 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         kv = make_method(name, budget, policy=policy, **options)
+        if kv.needs_attention is not None:
+            raise ValueError(f"--pask-policy {policy_path}: attention_blend = {kv.attention_blend:g} ranks "
+                             f"the residual by attention statistics ({kv.needs_attention}) that the server "
+                             "does not compute; serve a pure-lookup policy (attention_blend 0), or run "
+                             "this one with `pask eval --backend hf`")
     else:
         kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),
                          **options)
