@@ -33,7 +33,8 @@ common=(--model "$MODEL" --data "bfcl:all:eval=$K" --schedules prefill
 $PASK sweep "${common[@]}" --budgets "$BUDGETS" --policy "$PRIOR" \
   --methods full,streaming,snapkv,snapkv:per_head=true,pyramidkv,h2o:normalize=true,pask \
   --out "$OUT/prior" --results "$RESULTS/prior"
-runs=("$OUT"/prior/*/)
+cells() { for d in "$@"; do [[ -f "$d/summary.json" ]] && echo "$d"; done; }  # run folders only
+mapfile -t runs < <(cells "$OUT"/prior/*/)
 if [[ -n "${CALIBRATED:-}" ]]; then
   # each budget with its own calibrated policy (NAME.bB.json next to CALIBRATED, as `pask calibrate`
   # writes them; CALIBRATED itself where a budget has none): one sweep per budget
@@ -44,7 +45,7 @@ if [[ -n "${CALIBRATED:-}" ]]; then
     echo "calibrated PASK at b=$b: $policy"
     $PASK sweep "${common[@]}" --budgets "$b" --policy "$policy" --methods pask --out "$OUT/calibrated-b$b" \
       --results "$RESULTS/calibrated-b$b"
-    runs+=("$OUT/calibrated-b$b"/*/)
+    mapfile -t -O "${#runs[@]}" runs < <(cells "$OUT/calibrated-b$b"/*/)
   done
 fi
 $PASK report "${runs[@]}" --out "$RESULTS" >/dev/null

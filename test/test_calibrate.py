@@ -330,8 +330,13 @@ def test_reuse_stages_adopts_only_a_matching_record(tmp_path):
     with pytest.raises(ReuseError, match=r"its budgets is \[0\.33\], this run's \[0\.2\]"):
         adopt_stages({}, {**key, "budgets": [0.2]}, str(path))
     # fields only the search reads do not change what the stages measured
-    other = {**key, "search_objective": "kl", "search_passes": 1, "check_n": 24}
+    other = {**key, "search_objective": "kl", "search_passes": 1, "check_n": 24, "attention_blend": True}
     assert adopt_stages({"config": other}, other, str(path)) == ["sensitivity", "distortion"]
+    # a record from before the segment rule measured without one
+    plain = {**key, "segment": "none"}
+    assert adopt_stages({"config": plain}, plain, str(path)) == ["sensitivity", "distortion"]
+    with pytest.raises(ReuseError, match=r"its segment is None, this run's 'system'"):
+        adopt_stages({}, {**key, "segment": "system"}, str(path))
 
 
 def test_kl_objective_is_zero_for_full_and_ranks_members_by_it():

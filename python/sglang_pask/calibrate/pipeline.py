@@ -192,6 +192,10 @@ REUSABLE_STAGES = ("sensitivity", "distortion")
 SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend")
 
 
+#: what a record written before a configuration field existed measured under (no segment rule)
+LEGACY = {"segment": "none"}
+
+
 def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     """Copy into ``doc`` the stages it lacks from the record at ``path``, whose configuration must
     equal ``key`` except for the code that wrote it and :data:`SEARCH_ONLY` (ValueError naming the
@@ -200,7 +204,7 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     other = json.loads(Path(path).read_text())
     theirs = dict(other.get("config", {}))
     for k in sorted(set(key) | set(theirs)):
-        if k not in SEARCH_ONLY and key.get(k) != theirs.get(k):
+        if k not in SEARCH_ONLY and key.get(k, LEGACY.get(k)) != theirs.get(k, LEGACY.get(k)):
             raise ReuseError(f"--reuse-stages {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
     taken = [s for s in REUSABLE_STAGES if s not in doc and s in other]
     for s in taken:
