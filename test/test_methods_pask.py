@@ -215,3 +215,14 @@ def test_blend_needs_window_statistics_and_is_refused_where_there_are_none():
         m.select_padded(None)
     with pytest.raises(ValueError, match=r"attention_blend .*must be in \[0, 1\]"):
         make_method("pask", 0.3, policy=p, attention_blend=1.5)
+
+
+@pytest.mark.parametrize("policy_blend, own", [(0.0, None), (0.0, 0.5), (0.5, None), (0.5, 0.0)])
+def test_blend_records_only_when_it_is_not_zero_everywhere(policy_blend, own):
+    """A pure-lookup pask records as before the field existed; any other combination names the
+    blend, and the record rebuilds an equal method over the same policy."""
+    p = policy({}).model_copy(update={"attention_blend": policy_blend})
+    m = make_method("pask", 0.3, policy=p, attention_blend=own)
+    rec = m.record()
+    assert ("attention_blend" in rec) == bool(policy_blend or own)
+    assert make_method(**{**rec, "policy": p}) == m

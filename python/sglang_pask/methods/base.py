@@ -282,6 +282,9 @@ class KVMethod(ABC):
     #: per-head methods only. True: a layer's heads keep ``kv_heads * allocation`` head-slots in
     #: all, each head as many as its scores win (AdaKV); False: each head keeps the allocation.
     adaptive_heads: ClassVar[bool] = False
+    #: fields :meth:`record` leaves out while they hold the given value: an option added after
+    #: runs were recorded keeps those runs' records (and resume keys) as they were.
+    record_omits: ClassVar[dict] = {}
 
     budget: float
     schedule: str = "continuous"
@@ -308,11 +311,13 @@ class KVMethod(ABC):
 
     def record(self) -> dict:
         """JSON-serialisable ``{"name": ..., <every field>: value}``; ``make_method(**record)``
-        rebuilds an equal method (pask: pass the policy object back as ``policy``)."""
+        rebuilds an equal method (pask: pass the policy object back as ``policy``). A field in
+        :attr:`record_omits` is left out while it holds the value named there."""
         out = {"name": self.name}
         for f in fields(self):
-            if f.init:
-                out[f.name] = _plain(getattr(self, f.name))
+            value = getattr(self, f.name)
+            if f.init and not (f.name in self.record_omits and value == self.record_omits[f.name]):
+                out[f.name] = _plain(value)
         return out
 
     # ---- the contract ----

@@ -76,6 +76,7 @@ class Pask(KVMethod):
 
     name = "pask"
     per_group = True
+    record_omits = {"attention_blend": 0.0}  # the pure lookup records as before the field existed
 
     budget: Optional[float] = None
     schedule: Optional[str] = None
@@ -109,8 +110,8 @@ class Pask(KVMethod):
     def record(self) -> dict:
         out = super().record()
         out["policy"] = {"name": self.policy.name, "sha256": self.policy_sha256}
-        if not self.attention_blend:  # the pure lookup records as before the field existed
-            del out["attention_blend"]
+        if "attention_blend" not in out and self.policy.attention_blend:  # 0 over a blending policy
+            out["attention_blend"] = 0.0
         return out
 
     @property
