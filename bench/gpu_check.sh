@@ -4,8 +4,11 @@
 #   1. env.txt          the GPU, driver, torch / SGLang / FlashInfer versions it found
 #   2. build.log        csrc built with its CUDA sources (setup.py build_ext --inplace)
 #   3. tests.log        csrc's operators on CUDA vs the reference (test/test_ops.py runs them on CUDA too where torch sees a GPU),
-#                       the FlashInfer index streams and backend checks that need a GPU
-#   4. bench/           the serving bench on random weights of Qwen3-4B's shape (bench/server_capacity.py
+#                       the FlashInfer index streams and backend checks that need a GPU (with sglang only)
+#      throws.txt       bench/ops_throw_check.py: each operator's bad-input error raises on CPU and CUDA
+#   4. ops/             bench/gpu_ops_bench.py: top_n_mask compiled on CUDA and CPU vs the reference, and
+#                       decode attention alone at Qwen3-4B's shape, Full vs 0.33 (torch only)
+#   5. bench/           the serving bench on random weights of Qwen3-4B's shape (bench/server_capacity.py
 #                       --tpot-shape qwen3-4b, FlashInfer attention): throughput, TPOT and peak memory,
 #                       PASK@0.33 vs Full at equal KV memory
 # Budget: about 10 minutes on one H200 (build ~1 min, tests ~1 min, bench the rest; BENCH=0 skips it).
@@ -47,12 +50,27 @@ $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 $PY -c "from sglang_pask import ops; print(ops.implementation())" | tee -a "$OUT/build.log"
 echo "gpu_check: build ${SECONDS}s" | tee -a "$OUT/gpu_check.txt"
 
+has() { $PY -c "import $1" >/dev/null 2>&1; }
+tests=(test/test_ops.py)
+if has sglang; then tests+=(test/test_srt_flashinfer_indices.py)
+else echo "gpu_check: sglang missing: test_srt_flashinfer_indices.py not run" | tee -a "$OUT/gpu_check.txt"; fi
 SECONDS=0
-$PY -m pytest -q -p no:cacheprovider test/test_ops.py test/test_srt_flashinfer_indices.py \
-  > "$OUT/tests.log" 2>&1
+$PY -m pytest -q -p no:cacheprovider "${tests[@]}" > "$OUT/tests.log" 2>&1
 echo "gpu_check: tests rc=$? ${SECONDS}s ($(tail -1 "$OUT/tests.log"))" | tee -a "$OUT/gpu_check.txt"
 
-if [[ "${BENCH:-1}" == 1 ]]; then
+# every bad-input refusal of the operators raises (one subprocess per case: a crash shows as -11)
+$PY bench/ops_throw_check.py > "$OUT/throws.txt" 2>&1
+echo "gpu_check: throws rc=$?" | tee -a "$OUT/gpu_check.txt"
+
+# the operators and decode attention alone (torch and numpy only): runs on a bare CUDA image
+SECONDS=0
+$PY bench/gpu_ops_bench.py --out "$OUT/ops" > "$OUT/ops.log" 2>&1
+echo "gpu_check: ops bench rc=$? ${SECONDS}s" | tee -a "$OUT/gpu_check.txt"
+
+if [[ "${BENCH:-1}" == 1 ]] && ! { has sglang && has flashinfer; }; then
+  echo "gpu_check: serving bench skipped: sglang and flashinfer must both import under $PY (WHEELS=DIR installs them)" \
+    | tee -a "$OUT/gpu_check.txt"
+elif [[ "${BENCH:-1}" == 1 ]]; then
   SECONDS=0
   $PY bench/server_capacity.py --parts capacity,tpot --tpot-shape qwen3-4b --contexts 2048,4096 \
     --tpot-requests 8 --requests 64 --server-args "--attention-backend flashinfer --disable-cuda-graph" \

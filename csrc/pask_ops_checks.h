@@ -1,8 +1,15 @@
 // Argument checks shared by the CPU and CUDA implementations of torch.ops.sglang_pask.* (one
 // message per problem, naming the operator and the argument).
+//
+// Every message is ONE std::string (built with std::to_string): TORCH_CHECK formats several
+// arguments through std::ostringstream, and on the GPU script's machine (torch 2.11 + CUDA 13, the
+// extension built by that image's /opt/gcc) every such formatted throw crashed the process while
+// one-string messages raised cleanly (bench/results/gpu-check-h200/diag.txt).
 #pragma once
 
 #include <ATen/ATen.h>
+
+#include <string>
 
 namespace pask {
 
@@ -15,10 +22,20 @@ inline void check_top_n_args(const at::Tensor& held, const at::Tensor& scores, c
               "top_n_mask: n and tail_start must be [R]");
 }
 
-// mapping int64 [U, F], 0 <= unit < U
-inline void check_take_slots_args(const at::Tensor& mapping, int64_t unit) {
+// mapping int64 [U, F], 0 <= unit < U, full_ids [N] in [0, F). Checked before anything is written:
+// a refused call leaves the mapping as it was (and an out-of-range id never reaches a CUDA
+// index_select, whose device-side assert would end the process's CUDA context).
+inline void check_take_slots_args(const at::Tensor& mapping, int64_t unit, const at::Tensor& full_ids) {
   TORCH_CHECK(mapping.dim() == 2 && mapping.scalar_type() == at::kLong, "take_slots: mapping must be int64 [U, F]");
-  TORCH_CHECK(unit >= 0 && unit < mapping.size(0), "take_slots: unit ", unit, " out of range");
+  TORCH_CHECK(unit >= 0 && unit < mapping.size(0), std::string("take_slots: unit ") + std::to_string(unit) + " out of range");
+  TORCH_CHECK(full_ids.dim() == 1, "take_slots: full_ids must be [N]");
+  const int64_t F = mapping.size(1);
+  const auto bad = full_ids.lt(0).logical_or(full_ids.ge(F));
+  if (bad.any().item<bool>()) {
+    const int64_t f = full_ids.masked_select(bad)[0].item<int64_t>();
+    TORCH_CHECK(false, std::string("take_slots: full id ") + std::to_string(f) + " out of range [0, " +
+                           std::to_string(F) + ")");
+  }
 }
 
 }  // namespace pask

@@ -67,12 +67,19 @@ def test_take_slots_equals_the_reference(seed, device):
 
 
 @needs_csrc
-def test_bad_input_names_the_problem():
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_problem_and_changes_nothing(device):
     with pytest.raises(RuntimeError, match="scores must have held's shape"):
-        ops.compiled().top_n_mask(torch.zeros(2, 3, dtype=torch.bool), torch.zeros(2, 4, dtype=torch.float64),
-                                  torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    with pytest.raises(RuntimeError, match="full id 9 out of range"):
-        ops.compiled().take_slots(torch.zeros(1, 5, dtype=torch.long), 0, torch.tensor([9]))
+        ops.compiled().top_n_mask(*(t.to(device) for t in (
+            torch.zeros(2, 3, dtype=torch.bool), torch.zeros(2, 4, dtype=torch.float64),
+            torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))))
+    mapping = torch.arange(1, 6, dtype=torch.long).reshape(1, 5).to(device)
+    for bad in (9, -1):  # after a valid id: the valid one is not taken either
+        with pytest.raises(RuntimeError, match=f"full id {bad} out of range"):
+            ops.compiled().take_slots(mapping, 0, torch.tensor([1, bad], device=device))
+        assert mapping.cpu().tolist() == [[1, 2, 3, 4, 5]]
+    with pytest.raises(RuntimeError, match="unit 1 out of range"):
+        ops.compiled().take_slots(mapping, 1, torch.tensor([0], device=device))
 
 
 def test_the_reference_runs_and_says_so_when_forced():

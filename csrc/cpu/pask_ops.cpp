@@ -74,18 +74,18 @@ at::Tensor top_n_mask_cpu(const at::Tensor& held, const at::Tensor& scores, cons
   return out;
 }
 
-at::Tensor take_slots_cpu(at::Tensor mapping, int64_t unit, const at::Tensor& full_ids) {
-  pask::check_take_slots_args(mapping, unit);
+// `mapping`'s data is written through the const reference (ATen's convention for a Tensor(a!) argument)
+at::Tensor take_slots_cpu(const at::Tensor& mapping, int64_t unit, const at::Tensor& full_ids) {
+  pask::check_take_slots_args(mapping, unit, full_ids);
   TORCH_CHECK(mapping.is_contiguous(), "take_slots: mapping must be contiguous");
   const auto ids = full_ids.to(at::kLong).contiguous();
   const int64_t F = mapping.size(1), N = ids.numel();
-  int64_t* row = mapping.data_ptr<int64_t>() + unit * F;
+  int64_t* row = mapping.mutable_data_ptr<int64_t>() + unit * F;
   const int64_t* ip = ids.data_ptr<int64_t>();
   std::vector<int64_t> taken;
   taken.reserve(N);
   for (int64_t i = 0; i < N; ++i) {
-    const int64_t f = ip[i];
-    TORCH_CHECK(f >= 0 && f < F, "take_slots: full id ", f, " out of range [0, ", F, ")");
+    const int64_t f = ip[i];  // in [0, F): checked above
     if (row[f] > 0) {
       taken.push_back(row[f]);
       row[f] = 0;

@@ -1,6 +1,6 @@
 // The CUDA implementations of torch.ops.sglang_pask.* (schemas in csrc/cpu/pask_ops.cpp). Built
-// only by a CUDA torch (setup.py); compile-checked elsewhere with `make csrc-check`. UNTESTED on a
-// GPU until a device run commits its output.
+// only by a CUDA torch (setup.py); compile-checked elsewhere with `make csrc-check`. Run on an H200
+// by bench/gpu_check.sh: test_ops.py passes on CUDA (bench/results/gpu-check-h200/).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -27,13 +27,13 @@ at::Tensor top_n_mask_cuda(const at::Tensor& held, const at::Tensor& scores, con
   const cudaError_t err = pask_top_n_mask_cuda(h.data_ptr<bool>(), s.data_ptr<double>(), nn.data_ptr<int64_t>(),
                                                ts.data_ptr<int64_t>(), out.data_ptr<bool>(), R, T,
                                                c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "top_n_mask: CUDA launch failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, std::string("top_n_mask: CUDA launch failed: ") + cudaGetErrorString(err));
   return out;
 }
 
 // the unit's held slots of full_ids, in order, and those entries zeroed (ATen ops on the device)
-at::Tensor take_slots_cuda(at::Tensor mapping, int64_t unit, const at::Tensor& full_ids) {
-  pask::check_take_slots_args(mapping, unit);
+at::Tensor take_slots_cuda(const at::Tensor& mapping, int64_t unit, const at::Tensor& full_ids) {
+  pask::check_take_slots_args(mapping, unit, full_ids);
   auto row = mapping.select(0, unit);
   const auto ids = full_ids.to(mapping.device(), at::kLong);
   const auto slots = row.index_select(0, ids);
