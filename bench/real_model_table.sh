@@ -50,5 +50,20 @@ if [[ -n "${CALIBRATED:-}" ]]; then
 fi
 $PASK report "${runs[@]}" --out "$RESULTS" >/dev/null
 cat "$RESULTS/report.md"
+if [[ -n "${CALIBRATED:-}" ]]; then
+  # paired bootstraps of calibrated PASK against the strongest baseline at each budget (picked on
+  # these runs, which favours the baselines) and against Full KV
+  commas=$BUDGETS
+  cal="pask(calibrated)=$OUT/calibrated-b{b}/pask-prefill-{b}"
+  bases=()
+  for m in streaming snapkv snapkv+per_head=true pyramidkv h2o+normalize=true; do
+    bases+=(--baseline "${m//=true/}=$OUT/prior/$m-prefill-{b}")  # label: no '='
+  done
+  .venv/bin/python bench/paired_table.py --runs "$cal" "${bases[@]}" --budgets "$commas" \
+    --out "$RESULTS/vs-strongest-baseline.md"
+  .venv/bin/python bench/paired_table.py --runs "$cal" --baseline "full=$OUT/prior/full" --budgets "$commas" \
+    --out "$RESULTS/vs-full.md"
+  cat "$RESULTS/vs-strongest-baseline.md" "$RESULTS/vs-full.md"
+fi
 printf 'command: K=%s%s bash bench/real_model_table.sh\n' "$K" "${CALIBRATED:+ CALIBRATED=$CALIBRATED}" > "$RESULTS/meta.txt"
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "$RESULTS/wall.txt"

@@ -78,6 +78,14 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-calibration": "The calibration run that wrote the shipped policies, and its "
     "byte-identical repeat.",
     "pask-tiny-fc-calibration-segment": "The calibration of the radix cache's segment policy.",
+    "pask-tiny-fc-calibration-attn": "The calibration with the attention-informed residual searched "
+    "(`--attention-blend`; stages reused from the shipped run), into `policies/pask-tiny-fc.attn*.json` "
+    "(run with `OUT=policies/pask-tiny-fc.attn.json REPEAT= RESULTS=bench/results/pask-tiny-fc-calibration-attn`; "
+    "the script's meta line then recorded EXTRA only). Its report: `policies/pask-tiny-fc.attn.calibration.md`.",
+    "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
+    "eval entries each, reference runner, prefill; calibrated PASK against the baselines and Full KV.",
+    "gpu-check-h200": "The GPU script on a lent H200: csrc's CUDA build and tests, the operators' "
+    "refusals, `top_n_mask` timed, decode attention alone at Qwen3-4B's shape (see its README.md).",
 }
 
 #: folders whose files do not record their command: the script whose default RESULTS path they are
@@ -89,6 +97,7 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-server-required-n200": "bash bench/tiny_server_eval.sh",
     "pask-tiny-fc-server-auto-n200": "TOOL_CHOICE=auto bash bench/tiny_server_eval.sh",
     "qwen2.5-coder-0.5b-bfcl-eval25-full": "bash bench/real_model_bfcl.sh",
+    "gpu-check-h200": "OUT=$OUT bash bench/gpu_check.sh (on the device machine; its OUT copied here)",
 }
 
 #: markdown written by a command, in the order a section shows it (report.md only without report.json)

@@ -10,6 +10,8 @@
 #     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+given=""  # the command as run: the variables it was given (before the defaults below)
+for v in MODEL DATA OUT REPEAT RESULTS BUDGETS; do [[ -n "${!v+x}" ]] && given+="$v=\"${!v}\" "; done
 MODEL=${MODEL:-models/pask-tiny-fc}
 NAME=$(basename "$MODEL")
 DATA=${DATA:-synthetic:calib:300:tiny}
@@ -27,7 +29,7 @@ SECONDS=0
 .venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
 first=$SECONDS
 policies=("$OUT" "$stem".b*.json)
-lines=("command: ${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
+lines=("command: $given${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
        "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
        "wall (first run, fresh): ${first}s")
 for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
