@@ -209,10 +209,9 @@ def test_attention_blend_is_left_out_at_zero_and_named_when_out_of_range(tmp_pat
         load_policy(write(tmp_path, {**doc, "attention_blend": 1.5}))
 
 
-def test_the_server_refuses_an_attention_informed_policy(tmp_path, doc):
+def test_the_server_serves_an_attention_informed_policy_from_window_statistics(tmp_path, doc):
     from sglang_pask.srt.serving import build_config
 
-    with pytest.raises(ValueError, match=r"attention_blend = 0.5 ranks the residual by attention statistics "
-                                          r"\(window\) that the server does not compute"):
-        build_config(write(tmp_path, {**doc, "attention_blend": 0.5}))
+    config = build_config(write(tmp_path, {**doc, "attention_blend": 0.5}))
+    assert config.method.needs_attention == "window" and config.method.attention_blend == 0.5
     assert build_config(write(tmp_path, doc)).method.needs_attention is None

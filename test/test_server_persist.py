@@ -374,11 +374,12 @@ def test_load_no_leak_no_crash(persist_server, client):
 # -- 3. bad flags fail fast ---------------------------------------------------------------------
 
 BAD_FLAGS = {
-    "snapkv": (["--pask-method", "snapkv"],
-               "error: --pask-method: 'snapkv' needs attention statistics (window) that the server does not "
-               "compute; the server runs: full, streaming, pask, random (use `pask eval --backend hf` for snapkv)"),
+    "adakv": (["--pask-method", "adakv"],
+              "error: --pask-method: 'adakv' needs attention statistics (window_heads) that the server does not "
+              "record; the server runs: full, streaming, h2o, snapkv, pyramidkv, pask, random (use `pask eval "
+              "--backend hf` for adakv)"),
     "unknown-method": (["--pask-method", "nosuch"], "error: --pask-method: unknown method 'nosuch' "
-                       "(the server runs: full, streaming, pask, random)"),
+                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, pask, random)"),
     "budget-0": (["--pask-budget", "0"], "error: --pask-budget must be in (0, 1], got 0"),
     "budget-1.5": (["--pask-budget", "1.5"], "error: --pask-budget must be in (0, 1], got 1.5"),
     "schedule-weekly": (["--pask-schedule", "weekly"],
@@ -404,7 +405,7 @@ def _bad_argv(name: str) -> list[str]:
 
 #: the cases that go through the real launcher (the others through SGLang's own argument parsing
 #: in one interpreter: each launch is an interpreter importing SGLang, ~6 s alone on 2 cores)
-LAUNCHED = ("snapkv", "budget-without-policy")
+LAUNCHED = ("adakv", "budget-without-policy")
 
 _PARSE_ALL = """
 import json, sys

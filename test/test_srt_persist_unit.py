@@ -19,7 +19,7 @@ from sglang_pask.methods.base import CacheView  # noqa: E402
 from sglang_pask.srt import persist  # noqa: E402
 from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request, record_release  # noqa: E402
 from sglang_pask.srt.request_tags import tags_of  # noqa: E402
-from sglang_pask.srt.serving import server_methods  # noqa: E402
+from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 PROMPT = 40
@@ -53,7 +53,7 @@ def _slots(rig: Rig, req) -> int:
 
 
 @pytest.mark.parametrize("schedule", ["prefill", "continuous"])
-@pytest.mark.parametrize("method", server_methods())
+@pytest.mark.parametrize("method", [m for m in server_methods() if _needs_attention(m) is None])
 def test_compress_keeps_the_methods_set_and_frees_the_rest(method, schedule):
     config = serving_config(method, None if method == "full" else 0.33, schedule=schedule, interval=2)
     rig = Rig(config)
@@ -191,7 +191,7 @@ def _no_fallback(*a, **k):
 
 
 @pytest.mark.parametrize("schedule", ["prefill", "continuous"])
-@pytest.mark.parametrize("method", server_methods())
+@pytest.mark.parametrize("method", [m for m in server_methods() if _needs_attention(m) is None])
 def test_batched_compression_equals_request_by_request(method, schedule, monkeypatch):
     """``compress_batch`` (one padded selection and one free per unit for all due requests) and
     ``compress_request`` per request, on twin rigs fed the same requests and steps (three

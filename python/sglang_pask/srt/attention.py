@@ -7,6 +7,9 @@ holds, in logical order) and ``positions[u][i]`` (int64 ``[n]``: their logical p
 ``mapping[u, req_to_token[row, :seq_len]] > 0``. The tokens written by this forward are mapped
 (allocation precedes the forward) and always held, so causality is the mask ``key position <=
 query position`` over held positions; RoPE is already in K, so dropping never moves a position.
+
+When the serving method needs attention statistics (:mod:`.window_stats`), every request's queries
+of every layer are handed to the recorder, with the held keys they attended to.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
+
+from sglang_pask.srt import window_stats
 
 
 def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,13 +50,24 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         super().__init__(model_runner)
         self.pool = self.token_to_kv_pool
         self.unit_meta: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
+        from sglang_pask.srt.serving import active_config
+
+        config = active_config()
+        #: the statistics recorder the serving method needs (None: it needs none)
+        self.recorder = window_stats.setup(config.method) if config is not None else None
+        self.rows: list[int] = []  # this forward's request-pool rows, in batch order
 
     def init_forward_metadata(self, forward_batch):
         super().init_forward_metadata(forward_batch)
         req_to_token = self.req_to_token_pool.req_to_token
         rows = forward_batch.req_pool_indices.tolist()
         lens = forward_batch.seq_lens.tolist()
-        self.unit_meta = []
+        self.unit_meta, self.rows = [], rows
+        if self.recorder is not None and not forward_batch.forward_mode.is_idle():
+            firsts = ([n - 1 for n in lens] if forward_batch.forward_mode.is_decode()
+                      else forward_batch.extend_prefix_lens.tolist())
+            for r, first, n in zip(rows, firsts, lens):
+                self.recorder.begin(r, int(first), int(n))
         for u in range(len(self.pool.units)):
             m = self.pool.mapping[u]
             self.unit_meta.append([held_slots(m, req_to_token[r, :n]) for r, n in zip(rows, lens)])
@@ -72,6 +88,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             k = k_buf[slots].movedim(0, 1).to(qi.dtype)
             v = v_buf[slots].movedim(0, 1).to(qi.dtype)
             q_pos = None if q_starts is None else torch.arange(q_starts[i], q_starts[i] + nq, device=q.device)
+            if self.recorder is not None:  # decode: the one query sits at the newest held position
+                self.recorder.record(self.rows[i], layer.layer_id, qi, k, k_pos[-1:] if q_pos is None else q_pos,
+                                     k_pos, layer.scaling)
             out[start:start + nq] = sparse_attention(qi, k, v, q_pos, k_pos, layer.scaling, gqa).movedim(0, 1)
             start += nq
         return out

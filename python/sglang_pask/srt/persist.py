@@ -92,15 +92,16 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
         for layer in layers:
             retained[layer] = h
     classes = tags.classes(req, seq_len)
+    attention = _attention(req, retained, step, method)
     if seg:
         view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
-                        PROTECTED_TAIL, tags.prompt_len)
+                        PROTECTED_TAIL, tags.prompt_len, attention=attention)
         kept_own = own_kept(method, view, seg, allowed)
         sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
     else:
         view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
                          classes=classes, retained=retained, protected_tail=PROTECTED_TAIL,
-                         prompt_len=tags.prompt_len)
+                         prompt_len=tags.prompt_len, attention=attention)
         sel_kept = method.select(view).kept
     lo = max(int(req.kv.cache_protected_len), seg)
     kept_log, freed = {}, 0
@@ -123,13 +124,28 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
     return freed
 
 
+def _attention(req, retained, step: int, method):
+    """The request's attention statistics aligned with ``retained`` (None: the method needs
+    none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops."""
+    from sglang_pask.srt import window_stats
+
+    rec = window_stats.RECORDER
+    if rec is None or method.needs_attention is None:
+        return None
+    row = int(req.kv.req_pool_idx)
+    stats = rec.stats(row, retained)
+    if step == 0 and method.schedule == "prefill":
+        rec.retire(row)
+    return stats
+
+
 def compress_batch(batch, allocator, config) -> None:
     """Every request of a decode batch (errors are logged and counted; serving goes on).
 
     Without a shared segment the due requests are selected together (:func:`compress_padded`:
     one pool read, one padded selection, one free per unit); should that fail, each request is
-    retried alone so that only a failing one keeps its Full KV. In segment mode each request is
-    compressed alone (:func:`compress_request`).
+    retried alone so that only a failing one keeps its Full KV. In segment mode, and for a method
+    that reads attention statistics, each request is compressed alone (:func:`compress_request`).
 
     When drops freed unit slots, ``batch.batch_is_full`` is cleared: SGLang sets it when a waiting
     request did not fit and clears it only when a request leaves the running batch (or, for its
@@ -149,7 +165,7 @@ def compress_batch(batch, allocator, config) -> None:
 def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
     freed = None
-    if BATCHED and not config.rule.active:
+    if BATCHED and not config.rule.active and config.method.needs_attention is None:
         try:
             freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:

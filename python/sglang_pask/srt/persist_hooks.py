@@ -99,6 +99,12 @@ def around_attn_wrapper(original, runner, full_attn_backend):
     if type(backend).__name__ == "FlashInferAttnBackend":
         from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
 
+        config = active_config()
+        if config is not None and config.method.needs_attention is not None:
+            raise RuntimeError(f"sglang_pask: {config.method.name} needs attention statistics "
+                               f"({config.method.needs_attention}), which only the torch_native backend "
+                               "records; use --attention-backend torch_native")
+
         return PaskFlashInferAttnBackend(runner)
     raise RuntimeError(f"sglang_pask: attention backend {type(backend).__name__} cannot read per-unit "
                        "KV pools; use --attention-backend torch_native (CPU) or flashinfer (GPU)")
@@ -126,6 +132,9 @@ def around_release(original, req, *args, **kwargs):
         alloc = getattr(tree, "token_to_kv_pool_allocator", None)
         if isinstance(alloc, PaskAllocator):
             record_release(req, tree.req_to_token_pool.req_to_token, alloc)
+            from sglang_pask.srt import window_stats
+
+            window_stats.forget(req.kv.req_pool_idx)
     except Exception as e:  # accounting must never break serving
         logger.warning("sglang_pask: release record failed for %s: %r", getattr(req, "rid", "?"), e)
     return original(req, *args, **kwargs)

@@ -6,9 +6,10 @@ Flags (added by :mod:`.plugin`; everything the launcher was given crosses to the
 value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_POLICY``):
 
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
-  statistics (``pask``, ``streaming``, ``random``, ``full``); SnapKV, PyramidKV, AdaKV, Expected
-  Attention, KVzip and H2O need attention statistics the server does not compute and are refused by
-  name.
+  statistics (``pask``, ``streaming``, ``random``, ``full``) or only those the torch backend records
+  (:mod:`.window_stats`: SnapKV and PyramidKV per layer and PASK with ``attention_blend > 0``
+  read the observation window, H2O the accumulated attention); AdaKV, Expected Attention and KVzip
+  need per-head or other statistics the server does not record and are refused by name.
 * ``--pask-budget B`` (default: the policy's budget).
 * The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
   ``--pask-interval N`` and the segment rule ``--pask-segment none|system``,
@@ -57,8 +58,11 @@ def _needs_attention(name: str) -> Optional[str]:
 
 
 def server_methods() -> list[str]:
-    """Registry names the server can run (no attention statistics needed)."""
-    return [name for name in METHODS if _needs_attention(name) is None]
+    """Registry names the server can run: those needing no attention statistics, or only what
+    the torch attention backend records (:data:`.window_stats.KINDS`)."""
+    from sglang_pask.srt.window_stats import KINDS
+
+    return [name for name in METHODS if _needs_attention(name) in (None, *KINDS)]
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,9 @@ class ServingConfig:
         return f"{self.method.name}@{self.budget:g}{seg}/{self.policy_sha256[:16]}"
 
     def describe(self) -> str:
-        return (f"method {self.method.name}, budget {self.budget:g}, {self.resolved.point.describe()}, "
+        need = self.method.needs_attention
+        stats = "" if need is None else f", attention statistics {need} (torch backend)"
+        return (f"method {self.method.name}, budget {self.budget:g}{stats}, {self.resolved.point.describe()}, "
                 f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
@@ -135,10 +141,9 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     if name not in METHODS:
         raise ValueError(f"--pask-method: unknown method {name!r} (the server runs: "
                          f"{', '.join(server_methods())})")
-    need = _needs_attention(name)
-    if need is not None:
+    if name not in server_methods():
         raise ValueError(f"--pask-method: {name!r} needs attention statistics "
-                         f"({need}) that the server does not compute; "
+                         f"({_needs_attention(name)}) that the server does not record; "
                          f"the server runs: {', '.join(server_methods())} (use `pask eval --backend "
                          f"hf` for {name})")
     if budget is not None and not 0.0 < budget <= 1.0:
@@ -151,11 +156,6 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         kv = make_method(name, budget, policy=policy, **options)
-        if kv.needs_attention is not None:
-            raise ValueError(f"--pask-policy {policy_path}: attention_blend = {kv.attention_blend:g} ranks "
-                             f"the residual by attention statistics ({kv.needs_attention}) that the server "
-                             "does not compute; serve a pure-lookup policy (attention_blend 0), or run "
-                             "this one with `pask eval --backend hf`")
     else:
         kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),
                          **options)
