@@ -101,8 +101,8 @@ WRITTEN_BY: dict[str, str] = {
 }
 
 #: markdown written by a command, in the order a section shows it (report.md only without report.json)
-TABLE_FILES = ("compare.md", "vs-strongest-baseline.md", "vs-full.md", "vs-snapkv.md", "paired.md", "calib.md",
-               "eval.md", "report.md", "allocations.md")
+TABLE_FILES = ("compare.md", "vs-strongest-baseline.md", "vs-full.md", "vs-strongest-baseline-attn.md",
+               "vs-full-attn.md", "vs-snapkv.md", "paired.md", "calib.md", "eval.md", "report.md", "allocations.md")
 NO_COMMAND = "not recorded"
 
 

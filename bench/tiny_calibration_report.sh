@@ -10,7 +10,7 @@
 # on the calib split (bench/results/pask-tiny-fc-calib-baselines-n100); pask with the uncalibrated
 # prior; pask with the calibrated per-budget policies (policies/NAME.b<b>.json); and the ablations:
 # floors only (residual shares equal), residual only (floors 0), without span delimiters, and the
-# 0.33 policy used at the other budgets. Newer baselines (issue 24): SnapKV and PyramidKV per KV
+# 0.33 policy used at the other budgets; pask calibrated with --attention-blend ($ATTN). Newer baselines (issue 24): SnapKV and PyramidKV per KV
 # head (their authors' form), AdaKV, Expected Attention and KVzip, with kvpress's defaults.
 # Runs are resumable (rerun to finish); JOBS at a time.
 set -euo pipefail
@@ -21,6 +21,7 @@ N=${N:-200}
 BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
 MAIN=${MAIN:-0.33}
 POLICIES=${POLICIES:-policies/$NAME}       # the calibrated files are $POLICIES.b<b>.json
+ATTN=${ATTN:-policies/$NAME.attn}           # calibrated with --attention-blend: $ATTN.b<b>.json
 PRIOR=${PRIOR:-policies/$NAME.prior.json}
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
@@ -57,6 +58,8 @@ for b in $BUDGETS; do
   ev "kvzip-$b" --method kvzip --budget "$b" --schedule "$SCHED_KVZIP"
   ev "pask-prior-$b" --method pask --policy "$PRIOR" --budget "$b"
   ev "pask-calibrated-$b" --method pask --policy "$cal" --budget "$b"
+  # the attention-informed calibration (its search could pick a blend of SnapKV's window votes)
+  [[ -f "$ATTN.b$b.json" ]] && ev "pask-attn-$b" --method pask --policy "$ATTN.b$b.json" --budget "$b"
   ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
   ev "pask-residual-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.residual-only.json" --budget "$b"
   ev "pask-no-delimiters-$b" --method pask --policy "$cal" --method-opt span_delimiters=false --budget "$b"
@@ -74,6 +77,12 @@ done
   --budgets "$commas" --out "$RESULTS/vs-strongest-baseline.md"
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full.md"
+if [[ -f "$ATTN.b$MAIN.json" ]]; then
+  .venv/bin/python bench/paired_table.py --runs "pask(attention-informed)=$OUT/pask-attn-{b}" "${bases[@]}" \
+    --budgets "$commas" --out "$RESULTS/vs-strongest-baseline-attn.md"
+  .venv/bin/python bench/paired_table.py --runs "pask(attention-informed)=$OUT/pask-attn-{b}" \
+    --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-attn.md"
+fi
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
 { echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES)"
