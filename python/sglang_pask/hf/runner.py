@@ -33,7 +33,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod
+from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod, window_size
 from sglang_pask.methods.segment import (
     SegmentRule,
     own_due,
@@ -163,7 +163,7 @@ class Runner:
             return kind, int(self.method.n_sink)
         if kind == "kvzip_heads":
             return kind, 0
-        return kind, _window_size(self.method) if kind in ("window", "window_heads") else 0
+        return kind, window_size(self.method) if kind in ("window", "window_heads") else 0
 
     def new_cache(self) -> PrunableCache:
         kind, size = self.cache_spec()
@@ -449,15 +449,6 @@ def _stop_ids(model, tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return sorted(ids)
-
-
-def _window_size(method: KVMethod) -> int:
-    """How many of the latest queries the window statistic covers (the method's
-    ``attention_window`` where it has one, else its ``window``)."""
-    w = getattr(method, "attention_window", None) or getattr(method, "window", 0)
-    if not w:
-        raise ValueError(f"{method.name} needs window attention but has no window field")
-    return int(w)
 
 
 def _rotary(model):

@@ -101,6 +101,16 @@ class AttentionStats:
         return out
 
 
+def window_size(method: "KVMethod") -> int:
+    """How many of the newest queries a ``window`` statistic covers for ``method``: its
+    ``attention_window`` where it has one (attention-informed PASK), else its ``window`` (SnapKV,
+    PyramidKV). Both engines record by this rule."""
+    w = getattr(method, "attention_window", None) or getattr(method, "window", 0)
+    if not w:
+        raise ValueError(f"{method.name} needs window attention but has no window field")
+    return int(w)
+
+
 @dataclass
 class CacheView:
     """What a method sees at one compression point.

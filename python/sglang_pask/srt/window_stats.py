@@ -30,19 +30,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sglang_pask.methods.base import AttentionStats
+from sglang_pask.methods.base import AttentionStats, window_size
 
 #: the statistics kinds the server records (others -- per KV head, expected, KVzip -- it refuses)
 KINDS = ("window", "accumulated")
-
-
-def window_size(method) -> int:
-    """How many of the newest queries the window covers: the method's ``attention_window`` where
-    it has one, else its ``window`` (the runner's rule, ``hf/runner.py`` ``_window_size``)."""
-    w = getattr(method, "attention_window", None) or getattr(method, "window", 0)
-    if not w:
-        raise ValueError(f"{method.name} needs window attention but has no window field")
-    return int(w)
 
 
 @dataclass
