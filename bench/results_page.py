@@ -62,6 +62,12 @@ ORDER: dict[str, str] = {
     "schedule, radix cache off.",
     "pask-tiny-fc-server-parity-radix-n100": "Kept positions and generated tokens, server vs runner, "
     "radix cache on (segment mode).",
+    "pask-tiny-fc-server-parity-snapkv-n100": "SnapKV (per layer) served: kept positions and tokens, server "
+    "(torch backend recording the observation window) vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-attn-n100": "Attention-informed PASK (`pask-tiny-fc.attn.b0.33.json`, blend "
+    "0.25) served: kept positions and tokens, server vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-h2o-n100": "H2O served (accumulated attention recorded by the torch "
+    "backend): kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-n10": "The first, small parity run.",
     "pask-tiny-fc-server-capacity": "Serving at a fixed KV memory: concurrency, throughput and TPOT, "
     "Full KV vs PASK@0.33.",
