@@ -85,8 +85,10 @@ if [[ -f "$ATTN.b$MAIN.json" ]]; then
 fi
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
-{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES)"
+{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
+  ls "$ATTN".b*.json >/dev/null 2>&1 && \
+    echo "attention-informed policies: $(sha256sum "$ATTN".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   echo "threads per run: OMP_NUM_THREADS=$OMP_NUM_THREADS, JOBS=$JOBS"
   echo "wall: ${SECONDS}s (this invocation; runs are resumed, so a rerun only reports)"; } | tee "$RESULTS/meta.txt"
