@@ -50,6 +50,10 @@ ORDER: dict[str, str] = {
     "method keeps at prefill end, by structural class and by layer (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
+    "pask-tiny-fc-server-vs-runner-snapkv-n200": "SnapKV (per layer) served at 0.33, prefill: accuracy "
+    "through the server vs the reference runner.",
+    "pask-tiny-fc-server-vs-runner-pask-attn-n200": "Attention-informed PASK served at 0.33, prefill: "
+    "accuracy through the server vs the reference runner.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
     "policy's operating point), through the server.",
     "pask-tiny-fc-server-required-n200": "Full KV through `make serve`, tool_choice required.",
@@ -99,6 +103,9 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-default-serving-n200": "bash bench/default_serving_eval.sh",
     "pask-tiny-fc-radix-eval-n200": "bash bench/radix_eval.sh",
     "pask-tiny-fc-server-vs-runner-n200": "bash bench/server_vs_runner_eval.sh",
+    "pask-tiny-fc-server-vs-runner-snapkv-n200": "METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
+    "pask-tiny-fc-server-vs-runner-pask-attn-n200":
+        "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
     "pask-tiny-fc-server-required-n200": "bash bench/tiny_server_eval.sh",
     "pask-tiny-fc-server-auto-n200": "TOOL_CHOICE=auto bash bench/tiny_server_eval.sh",

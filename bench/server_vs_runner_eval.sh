@@ -12,6 +12,9 @@
 #   bash bench/server_vs_runner_eval.sh                 # N=200, budgets 0.5 0.33 0.2, schedule prefill
 #   N=20 BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
 #   RESUME=1 bash bench/server_vs_runner_eval.sh        # keep finished entries of an interrupted run
+#   METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh   # another server method (the policy
+#                                                       # then gives only the layer shape)
+#   POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
 # Writes RESULTS/report.md (+ .json, .png: `pask report --group-by backend`), RESULTS/paired.md
 # (bench/paired_table.py: server - runner, paired 95% bootstrap) and RESULTS/wall.txt.
 set -euo pipefail
@@ -23,8 +26,11 @@ BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
 SCHEDULE=${SCHEDULE:-prefill}
 WORKERS=${WORKERS:-4}
 NAME=$(basename "$MODEL")
-OUT=${OUT:-runs/server-vs-runner-$NAME-$SCHEDULE-n$N}
-RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner-n$N}
+METHOD=${METHOD:-pask}
+POLICIES=${POLICIES:-policies/$NAME}  # the policy of budget b: $POLICIES.b<b>.json
+TAG=$([[ $METHOD == pask && $POLICIES == policies/$NAME ]] && echo "" || echo "-$METHOD$([[ $POLICIES == policies/$NAME ]] || echo "-${POLICIES##*.}")")
+OUT=${OUT:-runs/server-vs-runner-$NAME$TAG-$SCHEDULE-n$N}
+RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner$TAG-n$N}
 COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128)
 # fresh by default: pask eval resumes finished entries, and an old run of the same name (another
 # code version) would be reused silently; RESUME=1 keeps them
@@ -32,16 +38,17 @@ COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128)
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 for b in $BUDGETS; do
-  policy=policies/$NAME.b$b.json
-  POLICY=$policy SERVE_ARGS="--pask-budget $b --pask-schedule $SCHEDULE --disable-radix-cache --sleep-on-idle" \
+  policy=$POLICIES.b$b.json
+  POLICY=$policy SERVE_ARGS="--pask-method $METHOD --pask-budget $b --pask-schedule $SCHEDULE --disable-radix-cache --sleep-on-idle" \
     ensure_server
   echo "[$SECONDS s] server, budget $b: pask eval --backend openai ($N entries, $WORKERS workers)"
-  .venv/bin/pask eval --backend openai --base-url "http://$HOST:$PORT/v1" --method pask --budget "$b" \
+  .venv/bin/pask eval --backend openai --base-url "http://$HOST:$PORT/v1" --method "$METHOD" --budget "$b" \
     --schedule "$SCHEDULE" --workers "$WORKERS" "${COMMON[@]}" --out "$OUT/server-$b" | tail -n 1
   stop_started_server
   started_pid=""
   echo "[$SECONDS s] runner, budget $b: pask eval --backend hf"
-  .venv/bin/pask eval --backend hf --model "$MODEL" --method pask --policy "$policy" --budget "$b" \
+  if [[ $METHOD == pask ]]; then own=(--policy "$policy"); else own=(); fi
+  .venv/bin/pask eval --backend hf --model "$MODEL" --method "$METHOD" "${own[@]}" --budget "$b" \
     --schedule "$SCHEDULE" "${COMMON[@]}" --out "$OUT/hf-$b" | tail -n 1
 done
 .venv/bin/pask report "$OUT"/server-* "$OUT"/hf-* --group-by backend --out "$RESULTS" | tail -n 1
