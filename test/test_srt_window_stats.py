@@ -17,6 +17,11 @@ from sglang_pask.srt.window_stats import Recorder
 HQ, HKV, D, LAYERS, SCALE = 4, 2, 8, 2, 0.35
 
 
+@pytest.fixture(autouse=True)
+def _small_chunks(monkeypatch):
+    monkeypatch.setattr(window_stats, "CHUNK", 7)  # several chunks per prefill forward (default 256)
+
+
 def _run(kind: str, w: int, seed: int):
     """(recorder, per layer the held positions at the end, per layer {query position: its
     per-position probabilities summed over heads, over all positions})."""

@@ -34,6 +34,8 @@ from sglang_pask.methods.base import AttentionStats, window_size
 
 #: the statistics kinds the server records (others -- per KV head, expected, KVzip -- it refuses)
 KINDS = ("window", "accumulated")
+#: queries scored at a time (the runner's chunk, hf/attention.py)
+CHUNK = 256
 
 
 @dataclass
@@ -80,9 +82,13 @@ class Recorder:
             q, q_pos = q[:, -self.size:], q_pos[-self.size:]
         hq, hkv = q.shape[0], k.shape[0]
         kk = k.repeat_interleave(hq // hkv, dim=0) if hq != hkv else k
-        scores = torch.matmul(q, kk.transpose(-1, -2)) * scaling  # [heads, nq, nk]
-        scores = scores.masked_fill(k_pos[None, None, :] > q_pos[None, :, None], float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).sum(0)  # [nq, nk], summed over query heads
+        rows = []
+        for s in range(0, q.shape[1], CHUNK):  # [heads, CHUNK, nk] at a time: a long prefill's
+            qc, pc = q[:, s:s + CHUNK], q_pos[s:s + CHUNK]  # whole score matrix never exists at once
+            scores = torch.matmul(qc, kk.transpose(-1, -2)) * scaling  # [heads, c, nk]
+            scores = scores.masked_fill(k_pos[None, None, :] > pc[None, :, None], float("-inf"))
+            rows.append(torch.softmax(scores.float(), dim=-1).sum(0))  # [c, nk], summed over query heads
+        probs = torch.cat(rows)  # [nq, nk]
         width = int(q_pos[-1]) + 1
         dense = probs.new_zeros(probs.shape[0], width)
         dense[:, k_pos.long()] = probs
