@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_parity import openai_kwargs, server_side  # noqa: E402
+from server_parity import openai_kwargs, reference_runner, server_side  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,7 +33,6 @@ def main(argv=None) -> int:
     from sglang_pask.eval.harness import Settings, build_request
     from sglang_pask.eval.hf_backend import runner_body
     from sglang_pask.eval.parity import runner_trace
-    from sglang_pask.hf import Runner
 
     wanted = set(a.ids.split(","))
     entries = [e for e in load_spec(a.data) if e.id in wanted]
@@ -44,9 +43,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pask-kept-diff-") as d:
         served = server_side(a.model, a.policy, a.budget, a.schedule, 1, [openai_kwargs(b) for b in bodies],
                              a.max_tokens, a.method, d, "off")
-    runner = Runner(a.model, method=a.method, budget=a.budget, policy=a.policy if a.method == "pask" else None,
-                    grammar="sglang", method_options={"schedule": a.schedule, "interval": 1})
-    units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
+    runner, units = reference_runner(a.model, a.policy, a.method, a.budget, a.schedule, 1, "off")
     for e, body in zip(entries, bodies):
         ref = runner_trace(runner, body, units, a.max_tokens)
         got = served[tuple(ref["prompt_ids"])]

@@ -64,9 +64,18 @@ def openai_kwargs(body: dict) -> dict:
             "extra_body": {"chat_template_kwargs": body["chat_template_kwargs"]}}
 
 
-def run_budget(a, budget, entries, method=None):
+def reference_runner(model, policy, method, budget, schedule, interval, radix):
+    """(the reference runner at the server's method, budget and operating point, its units: the
+    policy's groups for a per-group method, else one layer each, as the server's pools)."""
     from sglang_pask.hf import Runner
 
+    runner = Runner(model, method=method, budget=budget, policy=policy if method == "pask" else None,
+                    grammar="sglang", method_options={"schedule": schedule, "interval": interval},
+                    segment_rule=SegmentRule("system" if radix == "on" else "none"))
+    return runner, runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
+
+
+def run_budget(a, budget, entries, method=None):
     method = method or a.method
     settings = Settings(max_tokens=a.max_tokens, tool_choice=a.tool_choice)
     bodies = [runner_body(build_request(e, settings)[0]) for e in entries]
@@ -75,11 +84,7 @@ def run_budget(a, budget, entries, method=None):
         served = server_side(a.model, a.policy, budget, a.schedule, a.interval,
                              [openai_kwargs(b) for b in bodies], a.max_tokens, method, d, a.radix)
     t_server = time.perf_counter() - t0
-    runner = Runner(a.model, method=method, budget=budget, policy=a.policy if method == "pask" else None,
-                    grammar="sglang",
-                    method_options={"schedule": a.schedule, "interval": a.interval},
-                    segment_rule=SegmentRule("system" if a.radix == "on" else "none"))
-    units = runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
+    runner, units = reference_runner(a.model, a.policy, method, budget, a.schedule, a.interval, a.radix)
     rows = []
     for e, body in tqdm(list(zip(entries, bodies)), desc=f"runner {method}@{budget:g}", unit="req", file=sys.stderr):
         ref = runner_trace(runner, body, units, a.max_tokens)

@@ -32,6 +32,7 @@ import torch
 
 from sglang_pask.methods.base import CacheView
 from sglang_pask.methods.padded import PaddedBatch
+from sglang_pask.srt import window_stats
 from sglang_pask.srt.request_tags import tags_of
 
 logger = logging.getLogger("sglang_pask")
@@ -127,8 +128,6 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
 def _attention(req, retained, step: int, method):
     """The request's attention statistics aligned with ``retained`` (None: the method needs
     none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops."""
-    from sglang_pask.srt import window_stats
-
     rec = window_stats.RECORDER
     if rec is None or method.needs_attention is None:
         return None

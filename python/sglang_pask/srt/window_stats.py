@@ -75,8 +75,10 @@ class Recorder:
         """Fold one request's queries at one layer into its statistics. ``q [heads, nq, d]`` at
         logical positions ``q_pos [nq]`` (consecutive); ``k [kv_heads, nk, d]`` the held keys at
         ``k_pos [nk]`` (sorted; this forward's own keys included)."""
-        state = self.rows.setdefault(row, _Row(next_pos=int(q_pos[-1]) + 1))
-        if not state.active:
+        state = self.rows.get(row)  # every layer of every forward: no tensor read before this check
+        if state is None:
+            state = self.rows[row] = _Row(next_pos=int(q_pos[-1]) + 1)
+        elif not state.active:
             return
         if self.kind == "window" and q.shape[1] > self.size:  # only the newest `size` queries count
             q, q_pos = q[:, -self.size:], q_pos[-self.size:]
