@@ -28,7 +28,9 @@ WORKERS=${WORKERS:-4}
 NAME=$(basename "$MODEL")
 METHOD=${METHOD:-pask}
 POLICIES=${POLICIES:-policies/$NAME}  # the policy of budget b: $POLICIES.b<b>.json
-TAG=$([[ $METHOD == pask && $POLICIES == policies/$NAME ]] && echo "" || echo "-$METHOD$([[ $POLICIES == policies/$NAME ]] || echo "-${POLICIES##*.}")")
+TAG=""  # the default run keeps its old folder names; another method or policy set is named in them
+if [[ $METHOD != pask || $POLICIES != policies/$NAME ]]; then TAG="-$METHOD"; fi
+if [[ $POLICIES != policies/$NAME ]]; then TAG+="-${POLICIES##*.}"; fi
 OUT=${OUT:-runs/server-vs-runner-$NAME$TAG-$SCHEDULE-n$N}
 RESULTS=${RESULTS:-bench/results/$NAME-server-vs-runner$TAG-n$N}
 COMMON=(--data "synthetic:eval:$N:tiny" --tool-choice required --max-tokens 128)
