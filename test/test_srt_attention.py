@@ -29,3 +29,53 @@ def test_matches_masked_softmax(case):
     k, v = torch.randn(HK, len(kpos), D, generator=g), torch.randn(HK, len(kpos), D, generator=g)
     got = sparse_attention(q, k, v, qpos, kpos, D ** -0.5, enable_gqa=True)
     torch.testing.assert_close(got, _naive(q, k, v, qpos, kpos, D ** -0.5), rtol=1e-5, atol=1e-5)
+
+
+def _random_batch(seed, B=5, full=160, unit=100, width=30):
+    """A mapping with random drops and a req_to_token of B rows with random lengths (>= 1; the
+    newest token of every row is held, as a decode step's own token is)."""
+    g = torch.Generator().manual_seed(seed)
+    mapping = torch.zeros(full + 2, dtype=torch.int64)
+    ids = torch.randperm(full, generator=g)[: B * width].reshape(B, width) + 1
+    lens = torch.randint(1, width + 1, (B,), generator=g)
+    free = iter(torch.randperm(unit, generator=g).tolist())
+    for i in range(B):
+        for j in range(int(lens[i])):
+            if j == lens[i] - 1 or torch.rand((), generator=g) < 0.4:
+                mapping[ids[i, j]] = next(free, -1) + 1
+    req_to_token = torch.zeros(B + 3, width, dtype=torch.int32)
+    rows = torch.randperm(B + 3, generator=g)[:B]
+    req_to_token[rows] = ids.to(torch.int32)
+    return mapping, req_to_token, rows, lens
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_padded_held_slots_equals_held_slots_row_by_row(seed):
+    from sglang_pask.srt.attention import held_slots, padded_held_slots
+
+    mapping, r2t, rows, lens = _random_batch(seed)
+    slots, valid = padded_held_slots(mapping, r2t, rows, lens)
+    assert slots.shape == valid.shape and bool(valid.any(1).all())
+    for i in range(len(rows)):
+        want, _ = held_slots(mapping, r2t[rows[i], : lens[i]])
+        assert torch.equal(slots[i][valid[i]], want)
+        assert bool((slots[i][~valid[i]] == 0).all()) and bool(valid[i][: len(want)].all())
+    assert valid.shape[1] == max(int((valid[i]).sum()) for i in range(len(rows)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_padded_decode_attention_equals_sparse_attention_per_request(seed):
+    from sglang_pask.srt.attention import held_slots, padded_decode_attention, padded_held_slots
+
+    mapping, r2t, rows, lens = _random_batch(seed)
+    g = torch.Generator().manual_seed(100 + seed)
+    H, HK, D = 4, 2, 16
+    kb, vb = torch.randn(101, HK, D, generator=g), torch.randn(101, HK, D, generator=g)
+    q = torch.randn(len(rows), H, D, generator=g)
+    slots, valid = padded_held_slots(mapping, r2t, rows, lens)
+    got = padded_decode_attention(q, kb, vb, slots, valid, D ** -0.5, enable_gqa=True)
+    for i in range(len(rows)):
+        s, _ = held_slots(mapping, r2t[rows[i], : lens[i]])
+        want = sparse_attention(q[i][:, None], kb[s].movedim(0, 1), vb[s].movedim(0, 1), None, None,
+                                D ** -0.5, enable_gqa=True)[:, 0]
+        torch.testing.assert_close(got[i], want, rtol=1e-5, atol=1e-6)

@@ -72,3 +72,27 @@ def test_openai_client_tool_call(fc_server):
     for c in calls:
         assert c.function.name in by_name
         jsonschema.validate(json.loads(c.function.arguments), by_name[c.function.name])
+
+
+def test_served_in_its_own_float32_on_cpu(fc_server):
+    """The launcher keeps the float32 checkpoint in float32 on CPU (SGLang's auto would cast it to
+    float16) and says so; the KV cache SGLang allocates is float32."""
+    log = fc_server.log()
+    assert "serving the float32 checkpoint in float32 on CPU" in log
+    assert "KV Cache is allocated. dtype: torch.float32" in log
+
+
+def test_cpu_dtype_args_only_without_a_choice(tmp_path):
+    from sglang_pask.launch_server import cpu_dtype_args
+
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    (bf16 / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    fp32 = ["--model-path", str(MODEL)]
+    assert cpu_dtype_args(fp32, cuda=False) == ["--dtype", "float32"]
+    assert cpu_dtype_args([f"--model={MODEL}"], cuda=False) == ["--dtype", "float32"]
+    assert cpu_dtype_args([*fp32, "--dtype", "bfloat16"], cuda=False) == []  # the user's choice
+    assert cpu_dtype_args(fp32, cuda=True) == []  # a GPU: SGLang's own default
+    assert cpu_dtype_args([*fp32, "--device", "cpu"], cuda=True) == ["--dtype", "float32"]
+    assert cpu_dtype_args(["--model-path", str(bf16)], cuda=False) == []
+    assert cpu_dtype_args(["--model-path", str(tmp_path / "missing")], cuda=False) == []

@@ -12,10 +12,16 @@ checked, each problem refused with one line on stderr:
   the line is the one ``python -m sglang.launch_server`` gives;
 * the plugin's seam against the installed SGLang (``python -m sglang_pask.srt.preflight``, well
   under a second): a version or a hook target that does not fit (exit status 1).
+
+On a machine without CUDA, a float32 checkpoint served without ``--dtype`` runs in float32
+(:func:`cpu_dtype_args`, one line on stderr says so): SGLang's ``auto`` casts float32 checkpoints
+to float16, a GPU default; on CPUs without float16 arithmetic its GEMMs run several times slower
+than float32 (6x on these machines' AVX-512 cores) and drift from the float32 reference runner.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import subprocess
@@ -77,6 +83,29 @@ def _flag_error(argv: list[str]) -> str | None:
     return flag_error(policies[-1] if policies else None, model, tag_log)
 
 
+def checkpoint_dtype(model_dir: str) -> str | None:
+    """The dtype a checkpoint's ``config.json`` names (``dtype``, else ``torch_dtype``), or None."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = config.get("dtype") or config.get("torch_dtype")
+    return value if isinstance(value, str) else None
+
+
+def cpu_dtype_args(argv: list[str], cuda: bool) -> list[str]:
+    """``["--dtype", "float32"]`` when the server runs on CPU (``--device cpu``, or no device
+    flag and no CUDA), no ``--dtype`` is given and the checkpoint is float32; else ``[]``."""
+    from sglang_pask.paths import argv_values
+
+    device = (argv_values(argv, "--device") or ["cpu" if not cuda else "cuda"])[-1]
+    if device != "cpu" or argv_values(argv, "--dtype"):
+        return []
+    model = (argv_values(argv, *_MODEL_FLAGS) or [None])[-1]
+    return ["--dtype", "float32"] if model and checkpoint_dtype(model) == "float32" else []
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if err := _path_error(argv):
@@ -88,9 +117,13 @@ def main() -> None:
     if err := _seam_error():
         print(err, file=sys.stderr)
         sys.exit(1)
-    from sglang_pask.cpu_shim import activate
+    from sglang_pask.cpu_shim import activate, cuda_present
 
     activate()
+    if extra := cpu_dtype_args(argv, cuda_present()):
+        print("sglang_pask: serving the float32 checkpoint in float32 on CPU (SGLang's --dtype auto would "
+              "cast it to float16, several times slower here); pass --dtype to choose", file=sys.stderr)
+        sys.argv.extend(extra)
     # SGLang warns that `sglang serve` is preferred; this wrapper deliberately keeps launch_server.
     warnings.filterwarnings("ignore", message=".*sglang.launch_server.*", category=UserWarning)
     os.environ[ENV_LAUNCHER] = "1"

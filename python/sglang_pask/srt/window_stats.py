@@ -70,6 +70,10 @@ class Recorder:
             state = self.rows[row] = _Row()
         state.next_pos = end
 
+    def recording(self, rows) -> bool:
+        """Whether :meth:`record` would keep anything for any of ``rows`` (after :meth:`begin`)."""
+        return any(state is None or state.active for state in map(self.rows.get, rows))
+
     def record(self, row: int, layer: int, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
                k_pos: torch.Tensor, scaling: float) -> None:
         """Fold one request's queries at one layer into its statistics. ``q [heads, nq, d]`` at
