@@ -29,6 +29,9 @@ CASES = {  # name: (code, expected return code: 0 runs, 1 raises)
     "take_slots bad id (cpu, redispatch to CPU)":
         ("torch.ops.sglang_pask.take_slots.default.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), "
          f"{Z}, 0, torch.tensor([9]))", 1),
+    "decode_attention bad count (cpu)": ("lib.decode_attention(torch.zeros(1, 2, 4), torch.zeros(3, 1, 4), "
+                                         "torch.zeros(3, 1, 4), torch.ones(1, 2, dtype=torch.long), "
+                                         "torch.tensor([5]), 1.0)", 1),
     "take_slots bad id (cuda)": ("lib.take_slots(torch.zeros(1, 5, dtype=torch.long, device='cuda'), 0, "
                                  "torch.tensor([9], device='cuda'))", 1),
     "take_slots ok (cuda)": ("m = torch.arange(1, 6, device='cuda').reshape(1, 5); "

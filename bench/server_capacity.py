@@ -10,7 +10,10 @@ lengths, bench_serving's default ``ignore_eos``).
 Part 1, capacity (``models/pask-tiny-fc``, ``--policy``): Full gets ``--max-total-tokens M``; PASK
 gets the largest N whose per-unit pools hold ``ceil(b N) == M`` slots, i.e. the same KV bytes
 (checked: the PASK pools' ``kv_bytes_capacity`` from ``/server_info`` against ``M x layers x
-bytes per token and layer``). Both run without the radix cache (shared prefixes:
+bytes per token and layer``). A third server, Full KV through the plugin's own backend
+(``--pask-method full --pask-budget 1``: the same per-unit pools and batched decode attention as
+PASK, nothing dropped, the same KV bytes), separates what the plugin's attention gains from what
+compression gains (``--no-full-plugin`` leaves it out). All run without the radix cache (shared prefixes:
 ``server_shared_prefix.py``) and the overlap scheduler (a policy turns it off).
 Long tool prompts (synthetic tiny-profile tools of the train split, added until
 the rendered prompt reaches ``--prompt-tokens``), all sent at once. Measured: the most requests in
@@ -186,24 +189,68 @@ def point_label(server: dict) -> str:
     return f"{sched['value']}, interval {inter['value']} ({sched['source']})"
 
 
-def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, points=None) -> dict:
+#: the keys of a server's results that the ratio dictionaries compare
+RATIO_KEYS = ("max_running_req", "mean_running_req", "output_throughput", "request_throughput", "median_tpot_ms")
+
+
+def ratios(a: dict, b: dict) -> dict:
+    return {k: round(a[k] / b[k], 3) if b.get(k) else None for k in RATIO_KEYS}
+
+
+def median_run(runs: list[dict]) -> dict:
+    """One server's rounds as one row: the last run's fields, each numeric measurement replaced
+    by its median over the rounds; ``rounds`` keeps every run's measurements."""
+    row = dict(runs[-1])
+    if len(runs) > 1:
+        for k, v in runs[-1].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and all(r.get(k) is not None for r in runs):
+                row[k] = statistics.median(r[k] for r in runs)
+        row["rounds"] = [{k: r.get(k) for k in (*RATIO_KEYS, "median_ttft_ms", "wall_s")} for r in runs]
+    return row
+
+
+def paired_ratios(runs_a: list[dict], runs_b: list[dict]) -> dict:
+    """Per key, the median over rounds of round r's a / b (each round runs every server once, in
+    the same order, so slow phases of a shared machine hit both); ``per_round``: output throughput's."""
+    per = [ratios(a, b) for a, b in zip(runs_a, runs_b)]
+    out = {k: round(statistics.median(p[k] for p in per), 3) if all(p[k] is not None for p in per) else None
+           for k in RATIO_KEYS}
+    out["per_round_output_throughput"] = [p["output_throughput"] for p in per]
+    return out
+
+
+def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, points=None, full_plugin=False,
+         repeat: int = 1) -> dict:
     """Full with ``slots`` tokens vs PASK@budget at each operating point (:func:`parse_points`)
-    with the same KV bytes; ``ratio``: the first point's PASK / Full, ``ratio_<k>`` the k-th's."""
+    with the same KV bytes; ``ratio``: the first point's PASK / Full, ``ratio_<k>`` the k-th's.
+    ``full_plugin``: also Full KV through the plugin's own backend (``--pask-method full
+    --pask-budget 1``: the same pools and batched attention as PASK, nothing dropped, the same KV
+    bytes), and ``ratio_plugin``: the first point's PASK / that server. ``repeat`` rounds, each
+    starting every server once in the same order; rows are medians over rounds
+    (:func:`median_run`), ratios medians of the rounds' ratios (:func:`paired_ratios`)."""
     points = points or parse_points("continuous:1")
     n_pask = pask_tokens_for(slots, budget)
-    out = {"full": serve_and_bench(f"{prefix}full", model, [*MATCHED, "--max-total-tokens", str(slots)],
-                                   dataset, n, conc, work), "pask_max_total_tokens": n_pask}
-    full = out["full"]
-    for i, (label, flags) in enumerate(points):
+    servers = [("full", [*MATCHED, "--max-total-tokens", str(slots)])]
+    if full_plugin:
+        servers.append(("full_plugin", [*MATCHED, "--max-total-tokens", str(slots), "--pask-method", "full",
+                                         "--pask-budget", "1"]))
+    for i, (_label, flags) in enumerate(points):
+        servers.append(("pask" if i == 0 else f"pask-{i}",
+                        [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", str(policy),
+                         "--pask-budget", str(budget), *flags]))
+    runs = {name: [] for name, _ in servers}
+    for r in range(repeat):
+        for name, flags in servers:
+            tag = f"{prefix}{name.replace('_', '-')}" + (f"-r{r + 1}" if repeat > 1 else "")
+            runs[name].append(serve_and_bench(tag, model, flags, dataset, n, conc, work))
+    out = {name: median_run(rs) for name, rs in runs.items()}
+    out["pask_max_total_tokens"], out["repeat"] = n_pask, repeat
+    for i, (label, _) in enumerate(points):
         name = "pask" if i == 0 else f"pask-{i}"
-        out[name] = serve_and_bench(
-            f"{prefix}{name}", model, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", str(policy),
-                                       "--pask-budget", str(budget), *flags], dataset, n, conc, work)
         out[name]["point"] = label
-        out["ratio" if i == 0 else f"ratio_{i}"] = {
-            k: round(out[name][k] / full[k], 3) if full.get(k) else None
-            for k in ("max_running_req", "mean_running_req", "output_throughput", "request_throughput",
-                      "median_tpot_ms")}
+        out["ratio" if i == 0 else f"ratio_{i}"] = paired_ratios(runs[name], runs["full"])
+    if full_plugin:
+        out["ratio_plugin"] = paired_ratios(runs["pask"], runs["full_plugin"])
     pools = out["pask"]["pools"]
     out["kv_bytes"] = {"full": slots * sum(len(u) for u in pools["units"]) * pools["bytes_per_token_layer"],
                        "pask": pools["kv_bytes_capacity"]}
@@ -241,7 +288,7 @@ def part_capacity(a, work: Path) -> dict:
     data = write_dataset(work / "capacity-data.jsonl", reqs, a.output_len)
     print(f"[capacity] {json.dumps(data)}", flush=True)
     res = pair(a.model, a.policy, a.budget, a.full_tokens, work / "capacity-data.jsonl", a.requests,
-               a.requests, work, "capacity-", points=a.points)
+               a.requests, work, "capacity-", points=a.points, full_plugin=not a.no_full_plugin, repeat=a.repeat)
     return {"model": a.model, "policy": a.policy, "budget": a.budget, "full_max_total_tokens": a.full_tokens,
             "dataset": data, **res}
 
@@ -330,8 +377,11 @@ def ratio_table(cap: dict) -> list[str]:
     rows = pask_rows(cap)
     head = "| PASK / Full | " + " | ".join(point_label(cap[r]) for r in rows) + " |"
     lines = [head, "|---|" + "---:|" * len(rows)]
+    paired = [cap["ratio" if i == 0 else f"ratio_{i}"] for i in range(len(rows))]
     for label, key in RATIOS:
-        cells = [f"{cap[r][key] / cap['full'][key]:.2f}x" if cap["full"].get(key) else "-" for r in rows]
+        cells = [f"{q[key]:.2f}x" if q.get(key) is not None else
+                 f"{cap[r][key] / cap['full'][key]:.2f}x" if cap["full"].get(key) else "-"
+                 for r, q in zip(rows, paired)]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     shares = [compression_share(cap[r]) for r in rows]
     lines.append("| compression's share of the decode loop (not a ratio) | "
@@ -355,18 +405,30 @@ def report(results: dict, meta: dict) -> str:
              f"{cap['dataset']['prompt_tokens_max']} tokens, {cap['dataset']['output_tokens']} output tokens each.", "",
              "| server | max running req | mean running req | output tok/s | req/s | median TPOT ms | median TTFT ms |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for name in ("full", *pask_rows(cap)):
+    for name in ("full", *(["full_plugin"] if "full_plugin" in cap else []), *pask_rows(cap)):
         s = cap[name]
-        label = name if name == "full" else f"pask, {point_label(s)}"
+        label = {"full": "full (stock SGLang)", "full_plugin": "full (the plugin's backend, nothing dropped)"}.get(
+            name, f"pask, {point_label(s)}")
         lines.append(f"| {label} | {s['max_running_req']} | {s['mean_running_req']} | {s['output_throughput']:.1f} | "
                      f"{s['request_throughput']:.3f} | {s['median_tpot_ms']:.1f} | {s['median_ttft_ms']:.0f} |")
+    rounds = cap.get("repeat", 1)
+    if rounds > 1:
+        lines += ["", f"Each server ran {rounds} times, in rounds that start every server once in the order of the "
+                  "table; a row is the median of its runs, a ratio the median of the rounds' ratios."]
     lines += ["", f"Ratios PASK / Full: max running requests **{r['max_running_req']}x** (goal >= 2.5x), output "
               f"throughput **{r['output_throughput']}x** (goal >= 1.5x), mean running {r['mean_running_req']}x "
-              f"(PASK at {point_label(cap['pask'])})."]
+              f"(PASK at {point_label(cap['pask'])})."
+              + (f" Output throughput ratio by round: {', '.join(f'{x}x' for x in r['per_round_output_throughput'])}."
+                 if rounds > 1 else "")]
     for i, name in enumerate(pask_rows(cap)[1:], 1):
         q = cap[f"ratio_{i}"]
         lines.append(f"At {point_label(cap[name])}: max running requests {q['max_running_req']}x, output "
                      f"throughput {q['output_throughput']}x.")
+    if "ratio_plugin" in cap:
+        q = cap["ratio_plugin"]
+        lines.append(f"Against Full KV through the plugin's own backend (the same per-unit pools and batched decode "
+                     f"attention, `--pask-method full --pask-budget 1`): output throughput {q['output_throughput']}x, "
+                     f"median TPOT {q['median_tpot_ms']}x, max running requests {q['max_running_req']}x.")
     lines += ["", *ratio_table(cap), ""]
     t = results.get("tpot")
     if not t:
@@ -410,12 +472,18 @@ def main(argv=None) -> int:
                    help="extra flags for every server of both parts, e.g. '--attention-backend flashinfer "
                         "--disable-cuda-graph' on a GPU (split on spaces)")
     p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds of part 1, each starting every server once in the same order (default 3): rows "
+                        "are medians, ratios medians of the rounds' ratios (one run on a shared 2-core machine "
+                        "varied by up to 40%%)")
+    p.add_argument("--no-full-plugin", action="store_true",
+                   help="part 1 without the row of Full KV through the plugin's backend")
     p.add_argument("--parts", default="capacity,tpot", help="capacity, tpot or both (default both)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     MATCHED.extend(a.server_args.split())
     if a.quick:
-        a.requests, a.contexts, a.tpot_requests, a.tpot_output_len = 16, "1024", 2, 16
+        a.requests, a.contexts, a.tpot_requests, a.tpot_output_len, a.repeat = 16, "1024", 2, 16, 1
     a.contexts = [int(x) for x in a.contexts.split(",")]
     try:
         a.points = parse_points(a.points)

@@ -38,4 +38,23 @@ inline void check_take_slots_args(const at::Tensor& mapping, int64_t unit, const
   }
 }
 
+// q [B, H, D]; k_buf [S, HK, D] and v_buf [S, HK, Dv] with unit stride in the last dim, q's dtype
+// and device; H a multiple of HK; slots int64 [B, L]; counts int64 [B]
+inline void check_decode_attention_args(const at::Tensor& q, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                                        const at::Tensor& slots, const at::Tensor& counts) {
+  TORCH_CHECK(q.dim() == 3 && k_buf.dim() == 3 && v_buf.dim() == 3,
+              "decode_attention: q must be [B, H, D], k_buf [S, HK, D], v_buf [S, HK, Dv]");
+  TORCH_CHECK(k_buf.scalar_type() == q.scalar_type() && v_buf.scalar_type() == q.scalar_type(),
+              "decode_attention: q, k_buf and v_buf must share one dtype");
+  TORCH_CHECK(k_buf.size(0) == v_buf.size(0) && k_buf.size(1) == v_buf.size(1) && k_buf.size(2) == q.size(2),
+              "decode_attention: k_buf / v_buf shapes do not match q");
+  TORCH_CHECK(k_buf.size(1) > 0 && q.size(1) % k_buf.size(1) == 0,
+              "decode_attention: the query heads must be a multiple of the KV heads");
+  TORCH_CHECK(k_buf.stride(2) == 1 && v_buf.stride(2) == 1, "decode_attention: k_buf / v_buf need unit stride in dim 2");
+  TORCH_CHECK(slots.dim() == 2 && slots.size(0) == q.size(0) && slots.scalar_type() == at::kLong,
+              "decode_attention: slots must be int64 [B, L]");
+  TORCH_CHECK(counts.dim() == 1 && counts.size(0) == q.size(0) && counts.scalar_type() == at::kLong,
+              "decode_attention: counts must be int64 [B]");
+}
+
 }  // namespace pask

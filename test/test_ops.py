@@ -82,6 +82,46 @@ def test_bad_input_names_the_problem_and_changes_nothing(device):
         ops.compiled().take_slots(mapping, 1, torch.tensor([0], device=device))
 
 
+@needs_csrc
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(4, 2), (4, 4), (8, 1)])
+@pytest.mark.parametrize("seed", range(3))
+def test_decode_attention_equals_the_reference(seed, heads, dtype):
+    """Random slots (repeats allowed, the padding slot 0 among them), counts from 1 to L, grouped
+    query heads: the compiled attention equals the gather + SDPA reference (float accumulation
+    both; bf16 within its rounding)."""
+    g = torch.Generator().manual_seed(seed)
+    (H, HK), D, S, B, L = heads, 24, 60, 5, 17
+    q = torch.randn(B, H, D, generator=g).to(dtype)
+    kb, vb = (torch.randn(S, HK, D, generator=g).to(dtype) for _ in range(2))
+    slots = torch.randint(0, S, (B, L), generator=g)
+    counts = torch.randint(1, L + 1, (B,), generator=g)
+    counts[0], counts[-1] = 1, L
+    got = ops.compiled().decode_attention(q, kb, vb, slots, counts, D ** -0.5)
+    want = reference.decode_attention(q, kb, vb, slots, counts, D ** -0.5)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got.float(), want.float(), **tol)
+    assert got.dtype == dtype and got.shape == (B, H, D)
+
+
+@needs_csrc
+def test_decode_attention_refuses_bad_input_by_name():
+    q, kb = torch.zeros(2, 4, 8), torch.zeros(10, 2, 8)
+    slots, counts = torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 1])
+    run = ops.compiled().decode_attention
+    with pytest.raises(RuntimeError, match="a count outside \\[1, 3\\]"):
+        run(q, kb, kb, slots, torch.tensor([4, 1]), 1.0)
+    with pytest.raises(RuntimeError, match="a count outside"):
+        run(q, kb, kb, slots, torch.tensor([0, 1]), 1.0)
+    with pytest.raises(RuntimeError, match="a slot outside \\[0, 10\\)"):
+        run(q, kb, kb, torch.tensor([[1, 10, 0], [1, 1, 1]]), counts, 1.0)
+    with pytest.raises(RuntimeError, match="multiple of the KV heads"):
+        run(torch.zeros(2, 3, 8), kb, kb, slots, counts, 1.0)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        run(q, kb.double(), kb, slots, counts, 1.0)
+    run(q, kb, kb, torch.tensor([[1, 2, 99], [3, -5, 77]]), torch.tensor([2, 1]), 1.0)  # past a count: never read
+
+
 def test_the_reference_runs_and_says_so_when_forced():
     """``SGLANG_PASK_OPS=reference``: the reference runs, and implementation() says why."""
     code = ("from sglang_pask import ops; import numpy as np; assert ops.compiled() is None; "

@@ -54,26 +54,33 @@ def test_padded_held_slots_equals_held_slots_row_by_row(seed):
     from sglang_pask.srt.attention import held_slots, padded_held_slots
 
     mapping, r2t, rows, lens = _random_batch(seed)
-    slots, valid = padded_held_slots(mapping, r2t, rows, lens)
-    assert slots.shape == valid.shape and bool(valid.any(1).all())
+    slots, counts = padded_held_slots(mapping, r2t, rows, lens)
+    assert slots.shape == (len(rows), int(counts.max())) and bool((counts >= 1).all())
     for i in range(len(rows)):
         want, _ = held_slots(mapping, r2t[rows[i], : lens[i]])
-        assert torch.equal(slots[i][valid[i]], want)
-        assert bool((slots[i][~valid[i]] == 0).all()) and bool(valid[i][: len(want)].all())
-    assert valid.shape[1] == max(int((valid[i]).sum()) for i in range(len(rows)))
+        assert int(counts[i]) == len(want)
+        assert torch.equal(slots[i, : len(want)], want) and bool((slots[i, len(want):] == 0).all())
 
 
+@pytest.mark.parametrize("impl", ["reference", "compiled"])
 @pytest.mark.parametrize("seed", range(4))
-def test_padded_decode_attention_equals_sparse_attention_per_request(seed):
-    from sglang_pask.srt.attention import held_slots, padded_decode_attention, padded_held_slots
+def test_decode_attention_over_padded_slots_equals_sparse_attention_per_request(seed, impl):
+    """What the backend runs per layer of a decode batch: every request's output equals the
+    reference attention over its own held keys (both implementations of the operator)."""
+    from sglang_pask import ops
+    from sglang_pask.ops import reference
+    from sglang_pask.srt.attention import held_slots, padded_held_slots
 
+    if impl == "compiled" and ops.compiled() is None:
+        pytest.skip(ops.implementation())
     mapping, r2t, rows, lens = _random_batch(seed)
     g = torch.Generator().manual_seed(100 + seed)
     H, HK, D = 4, 2, 16
     kb, vb = torch.randn(101, HK, D, generator=g), torch.randn(101, HK, D, generator=g)
     q = torch.randn(len(rows), H, D, generator=g)
-    slots, valid = padded_held_slots(mapping, r2t, rows, lens)
-    got = padded_decode_attention(q, kb, vb, slots, valid, D ** -0.5, enable_gqa=True)
+    slots, counts = padded_held_slots(mapping, r2t, rows, lens)
+    run = ops.decode_attention if impl == "compiled" else reference.decode_attention
+    got = run(q, kb, vb, slots, counts, D ** -0.5)
     for i in range(len(rows)):
         s, _ = held_slots(mapping, r2t[rows[i], : lens[i]])
         want = sparse_attention(q[i][:, None], kb[s].movedim(0, 1), vb[s].movedim(0, 1), None, None,

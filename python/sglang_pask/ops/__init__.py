@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["implementation", "top_n_mask", "take_slots", "compiled"]
+__all__ = ["implementation", "top_n_mask", "take_slots", "decode_attention", "compiled"]
 
 ENV = "SGLANG_PASK_OPS"
 
@@ -83,3 +83,16 @@ def take_slots(mapping: "torch.Tensor", unit: int, full_ids: "torch.Tensor") -> 
 
         return reference.take_slots(mapping, unit, full_ids)
     return ops.take_slots(mapping, int(unit), full_ids)
+
+
+def decode_attention(q: "torch.Tensor", k_buf: "torch.Tensor", v_buf: "torch.Tensor", slots: "torch.Tensor",
+                     counts: "torch.Tensor", scale: float) -> "torch.Tensor":
+    """``[B, H, Dv]`` (:func:`.reference.decode_attention`'s contract), compiled when available
+    for CPU tensors of one dtype (it reads the KV rows in place: no gathered copy)."""
+    ops = compiled()
+    if (ops is None or q.device.type != "cpu" or not (q.dtype == k_buf.dtype == v_buf.dtype)
+            or not hasattr(ops, "decode_attention")):
+        from sglang_pask.ops import reference
+
+        return reference.decode_attention(q, k_buf, v_buf, slots, counts, scale)
+    return ops.decode_attention(q, k_buf, v_buf, slots, counts, float(scale))

@@ -10,6 +10,9 @@ Contracts (shapes as in :mod:`sglang_pask.methods.padded`):
 * :func:`take_slots`: int64 ``[M]`` -- a unit's held (``> 0``) slots of ``full_ids`` in their
   order, and those mapping entries set to 0 (a drop's lookup and mapping rewrite). ``full_ids``
   unique.
+* :func:`decode_attention`: ``[B, H, Dv]`` -- one decode query per request over the KV rows
+  ``slots[b, :counts[b]]`` of ``k_buf`` / ``v_buf``: ``softmax(scale q.k) v``, query head ``h``
+  reading KV head ``h // (H / HK)`` (SDPA's ``enable_gqa``); ``1 <= counts[b] <= L``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["top_n_mask", "take_slots"]
+__all__ = ["top_n_mask", "take_slots", "decode_attention"]
 
 
 def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: np.ndarray) -> np.ndarray:
@@ -40,3 +43,18 @@ def take_slots(mapping: torch.Tensor, unit: int, full_ids: torch.Tensor) -> torc
     held = slots > 0
     mapping[unit, idx[held]] = 0
     return slots[held]
+
+
+def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
+                     counts: torch.Tensor, scale: float) -> torch.Tensor:
+    """See the module docstring. ``q [B, H, D]``; ``k_buf [S, HK, D]``, ``v_buf [S, HK, Dv]``;
+    ``slots`` int64 ``[B, L]``, ``counts`` int64 ``[B]``. Gathers the rows (index_select of the
+    flat slots: several times faster than ``k_buf[slots]`` on CPU), then one SDPA call."""
+    b, n = slots.shape
+    flat = slots.reshape(-1)
+    k = k_buf.index_select(0, flat).view(b, n, *k_buf.shape[1:]).movedim(1, 2).to(q.dtype)  # [B, HK, L, D]
+    v = v_buf.index_select(0, flat).view(b, n, *v_buf.shape[1:]).movedim(1, 2).to(q.dtype)
+    valid = torch.arange(n, device=slots.device)[None, :] < counts[:, None]  # [B, L]
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.unsqueeze(2), k, v, attn_mask=valid[:, None, None, :], enable_gqa=q.shape[1] != k_buf.shape[1],
+        scale=scale).squeeze(2)

@@ -9,8 +9,9 @@ holds, in logical order) and ``positions[u][i]`` (int64 ``[n]``: their logical p
 query position`` over held positions; RoPE is already in K, so dropping never moves a position.
 
 Decode runs batched: per unit, one padded matrix of held slots per forward
-(:func:`padded_held_slots`) and one SDPA call per layer over the whole batch
-(:func:`padded_decode_attention`), since a decode query follows every held key. Extend runs request
+(:func:`padded_held_slots`) and one call per layer over the whole batch
+(:func:`sglang_pask.ops.decode_attention`: csrc reads the held rows in place; its torch reference
+gathers them for one SDPA call), since a decode query follows every held key. Extend runs request
 by request; a request that holds every position and queries them all (a fresh prefill, nothing
 dropped) takes SDPA's causal path, which equals the position mask and skips building it.
 
@@ -21,6 +22,7 @@ a decode batch is batched only while no row of it is recorded).
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -28,7 +30,12 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
+from sglang_pask import ops
 from sglang_pask.srt import window_stats
+
+#: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
+#: batched one is profiled against: ``bench/decode_profile.py``)
+BATCHED_DECODE = os.environ.get("SGLANG_PASK_BATCHED_DECODE", "1") != "0"
 
 
 def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,8 +58,8 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: t
 
 def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
                       lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every request's held slots at once: ``(slots [B, L], valid [B, L] bool)``. Row ``i`` holds
-    :func:`held_slots` of ``req_to_token[rows[i], :lens[i]]`` in its first ``valid[i].sum()``
+    """Every request's held slots at once: ``(slots [B, L], counts [B])``, both int64. Row ``i``
+    holds :func:`held_slots` of ``req_to_token[rows[i], :lens[i]]`` in its first ``counts[i]``
     entries (logical order) and the padding slot 0 after them; ``L`` is the largest count.
     ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``)."""
     width = int(lens.max())
@@ -60,24 +67,11 @@ def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows:
     held = (slots > 0) & (torch.arange(width, device=slots.device)[None, :] < lens[:, None])
     counts = held.sum(1)
     length = int(counts.max())
-    # stable sort of "not held": each row's held entries first, in logical order
-    order = torch.sort((~held).to(torch.int8), dim=1, stable=True).indices[:, :length]
-    valid = torch.arange(length, device=slots.device)[None, :] < counts[:, None]
-    return slots.gather(1, order).masked_fill_(~valid, 0), valid
-
-
-def padded_decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
-                            valid: torch.Tensor, scaling: float, enable_gqa: bool) -> torch.Tensor:
-    """One decode query per request over its held keys, the whole batch in one SDPA call.
-    ``q [B, heads, d]``; ``k_buf/v_buf [unit_size + 1, kv_heads, d]``; ``slots``, ``valid``
-    ``[B, L]`` (:func:`padded_held_slots`; every row has a valid entry). Returns
-    ``[B, heads, d_v]``, row ``i`` equal to :func:`sparse_attention` over row ``i``'s held keys."""
-    b, n = slots.shape  # index_select of the flat slots: several times faster than k_buf[slots] on CPU
-    k = k_buf.index_select(0, slots.flatten()).view(b, n, *k_buf.shape[1:]).movedim(1, 2).to(q.dtype)
-    v = v_buf.index_select(0, slots.flatten()).view(b, n, *v_buf.shape[1:]).movedim(1, 2).to(q.dtype)
-    # k, v: [B, kv_heads, L, d]
-    return scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=valid[:, None, None, :],
-                                        enable_gqa=enable_gqa, scale=scaling).squeeze(2)
+    # a held entry goes to column (held entries before it), in logical order; the others to a
+    # scratch column `length`, cut off after
+    dest = torch.where(held, held.cumsum(1) - 1, length)
+    out = slots.new_zeros((slots.shape[0], length + 1)).scatter_(1, dest, slots)[:, :length]
+    return out.contiguous(), counts
 
 
 class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
@@ -88,7 +82,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         super().__init__(model_runner)
         self.pool = self.token_to_kv_pool
         self.unit_meta: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
-        #: a batched decode forward's ``(slots, valid)`` per unit (:func:`padded_held_slots`)
+        #: a batched decode forward's ``(slots, counts)`` per unit (:func:`padded_held_slots`)
         self.padded: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None
         from sglang_pask.srt.serving import active_config
 
@@ -108,7 +102,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):
                 self.recorder.begin(r, int(first), int(n))
-        if decode and rows and (self.recorder is None or not self.recorder.recording(rows)):
+        if BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)
             self.padded = [padded_held_slots(m, req_to_token, idx, lens_t) for m in self.pool.mapping]
@@ -126,8 +120,8 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         v_buf = self.pool.get_value_buffer(layer.layer_id)
         gqa = layer.tp_q_head_num != layer.tp_k_head_num
         if q_starts is None and self.padded is not None:
-            slots, valid = self.padded[unit]
-            return padded_decode_attention(q, k_buf, v_buf, slots, valid, layer.scaling, gqa)
+            slots, counts = self.padded[unit]
+            return ops.decode_attention(q, k_buf, v_buf, slots, counts, layer.scaling)
         out = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
         start = 0
         for i, nq in enumerate(q_lens):
