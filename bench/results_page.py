@@ -77,6 +77,8 @@ ORDER: dict[str, str] = {
     "Full KV vs PASK@0.33.",
     "compression-share-defaults": "Compression's share of the decode loop at the policy's own operating "
     "point (what `--pask-policy` alone serves), 16 and 64 requests.",
+    "decode-profile": "One decode step profiled (py-spy on the scheduler) at 16 and 64 running requests: "
+    "stock Full KV, PASK with decode attention request by request, PASK batched.",
     "pask-tiny-fc-server-shared-prefix": "Shared-prefix serving (4 tools blocks x 16 queries), radix "
     "cache on for both, whole-prompt policy.",
     "pask-tiny-fc-server-shared-prefix-own-kept": "Shared-prefix serving, each request's own tokens "
