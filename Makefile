@@ -87,7 +87,7 @@ lint: install
 # bytes and sent the same tool requests all at once; prints the ratio table and the folder it wrote.
 BENCH_POLICY = $(or $(POLICY),policies/pask-tiny-fc.json)
 BENCH_OUT ?= out/bench-$(shell date -u +%Y%m%d-%H%M%S)
-BENCH_ARGS ?= --requests 32 --points policy,continuous:1,continuous:16
+BENCH_ARGS ?= --requests 32 --points policy,continuous:1,continuous:16 --repeat 1
 bench: install
 	$(PY) bench/server_capacity.py --parts capacity --model $(MODEL) --policy $(BENCH_POLICY) \
 		--out $(BENCH_OUT) $(BENCH_ARGS)
