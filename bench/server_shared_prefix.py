@@ -19,7 +19,9 @@ requests at once.
 Both run without the overlap scheduler (a policy turns it off). Measured: bench_serving's
 completed requests/s and output throughput, the most requests in one decode batch, and, read
 from the pools after the run, what the tree holds (tokens, unit slots, KV bytes). PASK runs the
-continuous schedule at each of ``--intervals`` (decode steps between budget checks).
+continuous schedule at each of ``--intervals`` (decode steps between budget checks). ``--repeat``
+rounds (default 3) start every server once each, in the same order; rows are medians and ratios
+medians of the rounds' ratios (one run on a shared 2-core machine varies by up to 40%).
 
     .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
     .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --policy policies/pask-tiny-fc.segment.json \
@@ -35,13 +37,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import pask_tokens_for, run_meta, serve_and_bench, write_outputs  # noqa: E402
+from server_capacity import median_run, pask_tokens_for, run_meta, serve_and_bench, write_outputs  # noqa: E402
 
 MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
 
@@ -103,6 +106,9 @@ def main(argv=None) -> int:
                    help="--pask-segment-prefill (full: each request recomputes the tools block)")
     p.add_argument("--intervals", default="1,16", help="PASK compression intervals (continuous schedule)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds, each starting every server once in the same order (default 3): rows are "
+                        "medians, ratios medians of the rounds' ratios")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     from transformers import AutoTokenizer
@@ -114,32 +120,39 @@ def main(argv=None) -> int:
         work = Path(d)
         data = write_dataset(work / "data.jsonl", reqs, a.output_len)
         print(f"[shared-prefix] {json.dumps(data)}", flush=True)
-        full = serve_and_bench("full", a.model, [*MATCHED, "--max-total-tokens", str(a.full_tokens)],
-                               work / "data.jsonl", n, n, work)
         n_pask = pask_tokens_for(a.full_tokens, a.budget)
         seg = ["--pask-segment", "system"] + ([] if a.segment_budget is None else
                                               ["--pask-segment-budget", str(a.segment_budget)])
         seg += [] if a.own_budget is None else ["--pask-own-budget", str(a.own_budget)]
         seg += [] if a.segment_prefill is None else ["--pask-segment-prefill", a.segment_prefill]
-        runs = {}
+        servers = [("full", [*MATCHED, "--max-total-tokens", str(a.full_tokens)])]
         for interval in [int(x) for x in a.intervals.split(",")]:
-            runs[interval] = serve_and_bench(
-                f"pask-i{interval}", a.model,
-                [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", a.policy, "--pask-budget",
-                 str(a.budget), "--pask-schedule", "continuous", "--pask-interval", str(interval), *seg],
-                work / "data.jsonl", n, n, work)
+            servers.append((interval, [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", a.policy,
+                                       "--pask-budget", str(a.budget), "--pask-schedule", "continuous",
+                                       "--pask-interval", str(interval), *seg]))
+        rounds = {key: [] for key, _ in servers}
+        for r in range(a.repeat):  # every server once per round, in the same order (server_capacity.pair)
+            for key, flags in servers:
+                name = ("full" if key == "full" else f"pask-i{key}") + (f"-r{r + 1}" if a.repeat > 1 else "")
+                rounds[key].append(serve_and_bench(name, a.model, flags, work / "data.jsonl", n, n, work))
+    full = median_run(rounds["full"])
+    runs = {key: median_run(rs) for key, rs in rounds.items() if key != "full"}
     pask = next(iter(runs.values()))
     pools = pask["pools"]
     layers = sum(len(u) for u in pools["units"])
     kv = {"full": a.full_tokens * layers * pools["bytes_per_token_layer"], "pask": pools["kv_bytes_capacity"]}
     keys = ("request_throughput", "output_throughput", "max_running_req", "mean_running_req", "median_tpot_ms",
             "median_ttft_ms")
-    ratios = {i: {k: round(r[k] / full[k], 3) if full.get(k) else None for k in keys} for i, r in runs.items()}
+    ratios = {i: {k: round(statistics.median(x[k] / f[k] for x, f in zip(rounds[i], rounds["full"])), 3)
+                  if all(f.get(k) for f in rounds["full"]) else None for k in keys} for i in runs}
+    by_round = {i: [round(x["request_throughput"] / f["request_throughput"], 3)
+                    for x, f in zip(rounds[i], rounds["full"])] for i in runs}
     results = {"model": a.model, "policy": a.policy, "budget": a.budget, "own_budget": a.own_budget,
                "segment_prefill": a.segment_prefill,
                "segment_budget": a.segment_budget, "dataset": data, "kv_bytes": kv,
                "pask_max_total_tokens": n_pask, "full": full, "pask": {str(i): r for i, r in runs.items()},
-               "ratio": {str(i): r for i, r in ratios.items()}}
+               "ratio": {str(i): r for i, r in ratios.items()}, "repeat": a.repeat,
+               "requests_per_s_ratio_by_round": {str(i): v for i, v in by_round.items()}}
     meta = run_meta(t0)
     text = "\n".join([
         f"# Shared-prefix tool serving, Full vs PASK@{a.budget:g}, radix cache on ({meta['date']})", "",
@@ -161,7 +174,11 @@ def main(argv=None) -> int:
         *[f"| ratio PASK (interval {i}) / Full | | {q['request_throughput']} | {q['output_throughput']} | "
           f"{q['max_running_req']} | {q['mean_running_req']} | {q['median_tpot_ms']} | {q['median_ttft_ms']} |"
           for i, q in ratios.items()], "",
-        f"After the first PASK run its tree held: {json.dumps(pask.get('tree'))}.", ""])
+        *([f"Each server ran {a.repeat} times, in rounds that start every server once in this order; a row "
+           "is the median of its runs, a ratio the median of the rounds' ratios. Requests/s ratio by round: "
+           + "; ".join(f"interval {i}: " + ", ".join(f"{x}x" for x in v) for i, v in by_round.items()) + ".", ""]
+          if a.repeat > 1 else []),
+        f"After the last PASK run of the first interval its tree held: {json.dumps(pask.get('tree'))}.", ""])
     write_outputs(a.out, results, meta, text)
     return 0
 
