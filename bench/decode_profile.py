@@ -49,10 +49,10 @@ CATEGORIES = (
     ("logits and sampling", _FILE + r"(logits_processor|sampler)\.py"),
     ("model, other", r"^_execute_decode" + _FILE),
 )
-#: (label, launcher env, whether the server runs a policy)
-VARIANTS = (("Full KV (stock SGLang)", {}, False),
-            ("PASK, decode request by request", {"SGLANG_PASK_BATCHED_DECODE": "0"}, True),
-            ("PASK, decode batched", {"SGLANG_PASK_BATCHED_DECODE": "1"}, True))
+#: (key: its files' names, label, launcher env, whether the server runs a policy)
+VARIANTS = (("full", "Full KV (stock SGLang)", {}, False),
+            ("request", "PASK, decode request by request", {"SGLANG_PASK_BATCHED_DECODE": "0"}, True),
+            ("batched", "PASK, decode batched", {"SGLANG_PASK_BATCHED_DECODE": "1"}, True))
 STEP_RE = re.compile(r"Decode batch[^,]*, #running-req: (\d+).*?gen throughput \(token/s\): ([\d.]+)")
 
 
@@ -87,7 +87,7 @@ def categorize(raw: str) -> Counter:
 
 
 def one(model: str, policy: str, n: int, dataset: Path, variant: tuple, a, work: Path) -> dict:
-    label, env_extra, pask = variant
+    key, label, env_extra, pask = variant
     tokens = n * (a.prompt_tokens + 200 + a.output_len) + 512
     flags = [*MATCHED, "--max-running-requests", str(n)]
     if pask:
@@ -101,7 +101,7 @@ def one(model: str, policy: str, n: int, dataset: Path, variant: tuple, a, work:
     with running_server(model, flags, env={**os.environ, **env_extra}) as srv:
         result: dict = {}
         load = threading.Thread(target=lambda: result.update(
-            bench_serving(srv, model, dataset, n, n, work / f"out-{n}-{len(label)}.jsonl")))
+            bench_serving(srv, model, dataset, n, n, work / f"out-{n}-{key}.jsonl")))
         load.start()
         deadline = time.monotonic() + a.wait
         while not any(int(m.group(1)) >= n for m in STEP_RE.finditer(srv.log())):
@@ -110,7 +110,7 @@ def one(model: str, policy: str, n: int, dataset: Path, variant: tuple, a, work:
                 raise RuntimeError(f"{label}: never {n} requests running at once")
             time.sleep(0.5)
         before = len(STEP_RE.findall(srv.log()))
-        raw = Path(a.out) / "py-spy" / f"{n}-{['full', 'request', 'batched'][VARIANTS.index(variant)]}.txt"
+        raw = Path(a.out) / "py-spy" / f"{n}-{key}.txt"
         raw.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):  # py-spy 0.4.1 sometimes dies attaching (SIGSEGV): sample again
             spy = subprocess.run([py_spy(), "record", "-p", str(scheduler_pid(srv.pid)), "-d", str(a.seconds),
@@ -153,7 +153,7 @@ def report(rows: list[dict], meta: dict, a) -> str:
     by = {(r["running"], r["variant"]): r for r in rows}
     lines.append("")
     for n in sorted({r["running"] for r in rows}):
-        full, before, after = (by.get((n, v[0])) for v in VARIANTS)
+        full, before, after = (by.get((n, v[1])) for v in VARIANTS)
         if full and before and after and all(x["ms_per_step"] for x in (full, before, after)):
             lines.append(f"- {n} running: a PASK step takes {after['ms_per_step'] / before['ms_per_step']:.2f}x "
                          f"the request-by-request one and {after['ms_per_step'] / full['ms_per_step']:.2f}x stock "

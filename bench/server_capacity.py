@@ -193,8 +193,8 @@ def point_label(server: dict) -> str:
 RATIO_KEYS = ("max_running_req", "mean_running_req", "output_throughput", "request_throughput", "median_tpot_ms")
 
 
-def ratios(a: dict, b: dict) -> dict:
-    return {k: round(a[k] / b[k], 3) if b.get(k) else None for k in RATIO_KEYS}
+def ratios(a: dict, b: dict, keys=RATIO_KEYS) -> dict:
+    return {k: round(a[k] / b[k], 3) if b.get(k) else None for k in keys}
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -209,13 +209,15 @@ def median_run(runs: list[dict]) -> dict:
     return row
 
 
-def paired_ratios(runs_a: list[dict], runs_b: list[dict]) -> dict:
+def paired_ratios(runs_a: list[dict], runs_b: list[dict], keys=RATIO_KEYS,
+                  per_round: str = "output_throughput") -> dict:
     """Per key, the median over rounds of round r's a / b (each round runs every server once, in
-    the same order, so slow phases of a shared machine hit both); ``per_round``: output throughput's."""
-    per = [ratios(a, b) for a, b in zip(runs_a, runs_b)]
+    the same order, so slow phases of a shared machine hit both); ``per_round_<per_round>``: that
+    key's ratio in each round."""
+    per = [ratios(a, b, keys) for a, b in zip(runs_a, runs_b)]
     out = {k: round(statistics.median(p[k] for p in per), 3) if all(p[k] is not None for p in per) else None
-           for k in RATIO_KEYS}
-    out["per_round_output_throughput"] = [p["output_throughput"] for p in per]
+           for k in keys}
+    out[f"per_round_{per_round}"] = [p[per_round] for p in per]
     return out
 
 

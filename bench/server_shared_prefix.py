@@ -37,14 +37,20 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import median_run, pask_tokens_for, run_meta, serve_and_bench, write_outputs  # noqa: E402
+from server_capacity import (  # noqa: E402
+    median_run,
+    paired_ratios,
+    pask_tokens_for,
+    run_meta,
+    serve_and_bench,
+    write_outputs,
+)
 
 MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
 
@@ -143,10 +149,9 @@ def main(argv=None) -> int:
     kv = {"full": a.full_tokens * layers * pools["bytes_per_token_layer"], "pask": pools["kv_bytes_capacity"]}
     keys = ("request_throughput", "output_throughput", "max_running_req", "mean_running_req", "median_tpot_ms",
             "median_ttft_ms")
-    ratios = {i: {k: round(statistics.median(x[k] / f[k] for x, f in zip(rounds[i], rounds["full"])), 3)
-                  if all(f.get(k) for f in rounds["full"]) else None for k in keys} for i in runs}
-    by_round = {i: [round(x["request_throughput"] / f["request_throughput"], 3)
-                    for x, f in zip(rounds[i], rounds["full"])] for i in runs}
+    paired = {i: paired_ratios(rounds[i], rounds["full"], keys, "request_throughput") for i in runs}
+    by_round = {i: q.pop("per_round_request_throughput") for i, q in paired.items()}
+    ratios = paired
     results = {"model": a.model, "policy": a.policy, "budget": a.budget, "own_budget": a.own_budget,
                "segment_prefill": a.segment_prefill,
                "segment_budget": a.segment_budget, "dataset": data, "kv_bytes": kv,

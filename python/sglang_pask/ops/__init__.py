@@ -53,6 +53,14 @@ def compiled():
     return _load()[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled_with(name: str):
+    """:func:`compiled` if its library has operator ``name`` (a library built before the operator
+    existed has not), else None; checked once (the decode path asks every layer)."""
+    ops = compiled()
+    return ops if ops is not None and hasattr(ops, name) else None
+
+
 def implementation() -> str:
     """Which implementation runs, in one line (``csrc ... (CPU)`` or ``torch reference (why)``)."""
     return _load()[1]
@@ -89,9 +97,8 @@ def decode_attention(q: "torch.Tensor", k_buf: "torch.Tensor", v_buf: "torch.Ten
                      counts: "torch.Tensor", scale: float) -> "torch.Tensor":
     """``[B, H, Dv]`` (:func:`.reference.decode_attention`'s contract), compiled when available
     for CPU tensors of one dtype (it reads the KV rows in place: no gathered copy)."""
-    ops = compiled()
-    if (ops is None or q.device.type != "cpu" or not (q.dtype == k_buf.dtype == v_buf.dtype)
-            or not hasattr(ops, "decode_attention")):
+    ops = _compiled_with("decode_attention")
+    if ops is None or q.device.type != "cpu" or not (q.dtype == k_buf.dtype == v_buf.dtype):
         from sglang_pask.ops import reference
 
         return reference.decode_attention(q, k_buf, v_buf, slots, counts, scale)

@@ -118,10 +118,10 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         unit = self.pool.unit_of[layer.layer_id]
         k_buf = self.pool.get_key_buffer(layer.layer_id)
         v_buf = self.pool.get_value_buffer(layer.layer_id)
-        gqa = layer.tp_q_head_num != layer.tp_k_head_num
         if q_starts is None and self.padded is not None:
             slots, counts = self.padded[unit]
             return ops.decode_attention(q, k_buf, v_buf, slots, counts, layer.scaling)
+        gqa = layer.tp_q_head_num != layer.tp_k_head_num
         out = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
         start = 0
         for i, nq in enumerate(q_lens):
