@@ -85,6 +85,8 @@ ORDER: dict[str, str] = {
     "kept (segment policy).",
     "pask-tiny-fc-server-shared-prefix-full-prefill": "Shared-prefix serving, own tokens kept and "
     "prefilled against the whole tools block (the accurate radix mode).",
+    "pask-tiny-fc-chunked-prefill-calib": "Prompts longer than a unit pool holds whole, prefilled in chunks "
+    "and compressed at each chunk end: the accuracy cost on the calib split, by unit-pool size.",
     "pask-tiny-fc-pyramidkv-allocations": "Why PyramidKV scores below SnapKV here: per-layer budgets "
     "and what each layer keeps.",
     "pask-tiny-fc-calibration": "The calibration run that wrote the shipped policies, and its "

@@ -26,10 +26,10 @@ def serving_config(method: Optional[str] = None, budget: Optional[float] = 0.33,
     """A serving configuration for the tiny policy (the only place tests call ``build_config``)."""
     from sglang_pask.srt.serving import ServingFlags, build_config
 
-    kept_log = kw.pop("kept_log", None)
+    kept_log, chunk = kw.pop("kept_log", None), kw.pop("prefill_chunk", None)
     overrides = {"segment": segment, **{k: v for k, v in kw.items() if v is not None}}
     return build_config(str(POLICY), ServingFlags(method=method, budget=budget, overrides=overrides, radix=radix,
-                                                  kept_log=kept_log))
+                                                  kept_log=kept_log, prefill_chunk=chunk))
 
 
 @lru_cache(maxsize=1)
@@ -42,9 +42,9 @@ def tokenizer():
 
 def reset_counters() -> None:
     """Every process-global counter of the scheduler side back to zero (a fixture calls it)."""
-    from sglang_pask.srt import persist, request_tags, segments
+    from sglang_pask.srt import chunked, persist, request_tags, segments
 
-    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS):
+    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS, chunked.COUNTERS):
         for k in counters:
             counters[k] = 0
     persist.RELEASED.clear()

@@ -2,7 +2,9 @@
 random padded batches of requests: ``select_padded`` (PASK's array path, the others' default
 loop) keeps exactly what ``select`` keeps request by request -- random policies with floors
 (span delimiters on and off), random groups, budgets from 1e-3 to 1.0, prefill-end and later
-views, tails of 1-3 positions, requests of different lengths in one batch."""
+views, tails of 1-3 positions, requests of different lengths in one batch; and batches whose rows
+are own spans after a shared segment (a start per row, a budget per row: the server's segment
+mode), where ``select`` runs on the row's view at the row's budget."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from hypothesis import strategies as st
 from sglang_pask.methods import METHODS, make_method
 from sglang_pask.methods.padded import PaddedBatch, top_n_mask
 from sglang_pask.methods.scorer import top_n
+from sglang_pask.methods.segment import with_budget
 from sglang_pask.methods.testing import NUM_CLASSES, consecutive_groups, random_policy
 
 SERVED = sorted(n for n, cls in METHODS.items() if cls.needs_attention is None)
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
-def random_batch(seed: int, per_group: bool) -> PaddedBatch:
+def random_batch(seed: int, per_group: bool, own_spans: bool = False) -> PaddedBatch:
     rng = np.random.default_rng(seed)
     L = int(rng.integers(1, 6))
     groups = consecutive_groups(rng, L)
@@ -35,18 +38,24 @@ def random_batch(seed: int, per_group: bool) -> PaddedBatch:
         for u in units:
             keep = np.concatenate([rng.random(n - tail) < dens, np.ones(tail, dtype=bool)])
             held[u, r, :n] = keep
-    return PaddedBatch(L, groups, lens, classes, held, rng.integers(0, lens + 1), protected_tail=tail)
+    starts = budgets = None
+    if own_spans:  # segment ends around the sinks, own budgets from almost nothing to everything
+        starts = rng.integers(0, 8, size=R) * (rng.random(R) < 0.8)
+        budgets = rng.choice([1e-4, 0.05, 0.2, 0.33, 0.61, 1.0], size=R)
+    return PaddedBatch(L, groups, lens, classes, held, rng.integers(0, lens + 1), protected_tail=tail,
+                       starts=starts, budgets=budgets)
 
 
 @pytest.mark.parametrize("name", SERVED)
 @SETTINGS
 @given(seed=st.integers(0, 2**31 - 1), budget=st.sampled_from([1e-3, 0.05, 0.2, 0.33, 0.5, 1.0]),
-       delimiters=st.booleans())
-def test_padded_selection_equals_select_per_request(name, seed, budget, delimiters):
+       delimiters=st.booleans(), own_spans=st.booleans())
+def test_padded_selection_equals_select_per_request(name, seed, budget, delimiters, own_spans):
     method_cls = METHODS[name]
-    batch = random_batch(seed, per_group=method_cls.per_group)
+    batch = random_batch(seed, per_group=method_cls.per_group, own_spans=own_spans)
     if name == "full":
         method = make_method("full", 1.0)
+        batch.budgets = None if batch.budgets is None else np.ones(batch.size)  # own_budget of a full method
     elif name == "pask":
         method = make_method("pask", budget, policy=random_policy(seed, batch.groups, budget,
                                                                    floor_values=(0.25, 0.5, 1.0)),
@@ -56,7 +65,8 @@ def test_padded_selection_equals_select_per_request(name, seed, budget, delimite
     got = method.select_padded(batch)
     assert got.shape == batch.held.shape and not (got & ~batch.held).any()
     for r in range(batch.size):
-        kept = method.select(batch.view(r)).kept
+        at = method if batch.budgets is None else with_budget(method, batch.budgets[r])
+        kept = at.select(batch.view(r)).kept
         for layer, k in enumerate(kept):
             assert np.array_equal(np.flatnonzero(got[layer, r]), k), (name, r, layer)
 

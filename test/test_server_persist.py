@@ -3,8 +3,9 @@
 * memory is really freed: each finished request held about b x its Full KV (what its row still
   maps in the per-unit pools when SGLang releases it, read back from ``/server_info``), and the
   pools return to their idle counts;
-* load (64 concurrent clients: tool calls, malformed requests, aborted streams, prompts over the
-  server's capacity) leaves no leak, no 5xx, no crash: pools idle afterwards, no compression
+* load (64 concurrent clients: tool calls, malformed requests, aborted streams, prompts over a
+  unit pool -- served, prefilled in chunks -- and over the context length -- refused) leaves no
+  leak, no 5xx, no crash: pools idle afterwards, no compression
   errors, SGLang's own idle leak check (strict: a leak would kill the scheduler) ran after the
   load and logged nothing;
 * bad persistence flags are refused with one line naming the problem, before anything starts
@@ -59,7 +60,8 @@ SLEEP = ["--sleep-on-idle"]
 NO_RADIX = ["--disable-radix-cache"]
 LEAK_TEXTS = ("memory leak detected", "Mem Leak Detected", "KV double free", "use-after-free")
 #: what the plugin logs when its own accounting or drops fail
-PASK_FAILURES = ("sglang_pask: compression failed", "sglang_pask: release record failed")
+PASK_FAILURES = ("sglang_pask: compression failed", "sglang_pask: release record failed",
+                 "sglang_pask: chunk compression failed", "sglang_pask: chunked admission failed")
 
 
 def _tiny_requests(n: int, start: int = 0) -> list[dict]:
@@ -289,9 +291,8 @@ def test_load_no_leak_no_crash(persist_server, client):
     pools = _pask(srv)["pools"]
     capacity = min(pools["full_size"], pools["unit_size"])  # the scheduler's max_total_num_tokens
     assert _server_info(srv)["max_total_num_tokens"] == capacity
-    max_input = capacity - 6  # SGLang: max_req_len = capacity - 1, max_req_input_len = that - 5
-    # "word " is 2 tokens: over the capacity, under the context length (2048, checked earlier by
-    # the tokenizer manager with another message), so the scheduler must refuse it
+    # "word " is 2 tokens: over a unit pool (the capacity), under the context length (2048): served,
+    # prefilled in chunks (srt/chunked.py); over the context: refused by the tokenizer manager
     oversize = {**_BASE, "messages": [{"role": "user", "content": "word " * (capacity // 2 + 100)}]}
     oversize_tools = {**oversize, "tools": [_TOOL], "tool_choice": "required"}
     over_context = {**_BASE, "messages": [{"role": "user", "content": "word " * 1100}]}
@@ -317,14 +318,15 @@ def test_load_no_leak_no_crash(persist_server, client):
         return "closed"
 
     def too_long(i):
-        # the refusal names the limit (error_hooks.length_message): SGLang refuses >= max_input tokens
-        pool = f"accepts at most {max_input - 1} (the per-unit KV pool of {capacity} slots"
-        body, expected = [(oversize, pool), (oversize_tools, pool),
-                          (over_context, "is longer than the model's context length (2048 tokens)")][i % 3]
+        body = [oversize, oversize_tools, over_context][i % 3]
         r = _post(srv, body)
+        if body is not over_context:  # longer than a unit pool holds whole: served in chunks
+            assert r.status_code == 200, (r.status_code, r.text[:300])
+            assert r.json()["usage"]["prompt_tokens"] > capacity
+            return "served in chunks"
         assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
         msg = r.json()["message"]
-        assert expected in msg, msg
+        assert "is longer than the model's context length (2048 tokens)" in msg, msg
         return r.status_code
 
     jobs = ([("call", good, i) for i in range(16)] + [("malformed", bad, n) for n in MALFORMED] * 3

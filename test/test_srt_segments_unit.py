@@ -130,3 +130,57 @@ def test_compression_drops_own_positions_only(own_budget):
     assert (dropped == 0) == (own_budget == 1.0)
     rig.release(req)
     rig.assert_idle()
+
+
+@pytest.mark.parametrize("method, own_budget", [("pask", None), ("pask", 0.5), ("streaming", None), ("random", 1.0)])
+def test_batched_segment_compression_equals_request_by_request(method, own_budget, monkeypatch):
+    """``compress_batch`` in segment mode (own spans as padded rows: one selection, one free per
+    unit) and ``compress_request`` per request, on twin rigs fed the same requests and steps: three
+    sharing the segment and joining at different steps, one without a segment (the ordinary rule
+    in the same batch). After every step each request holds the same positions per unit, the same
+    slots are free, the same counters count, the batched path never falls back; releasing leaves
+    both idle."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang_pask.srt import persist
+
+    def no_fallback(*a, **k):
+        raise AssertionError("the batched compression fell back to request by request")
+
+    config = serving_config(method, 0.33, schedule="continuous", interval=1, segment="system", own_budget=own_budget)
+    rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]
+    reqs, counters = [], []
+    for k, rig in enumerate(rigs):
+        reset_counters()
+        rs = [_request(rig, seed, f"s{seed}") for seed in range(3)]
+        rs.append(rig.request([int(x) for x in range(700, 731)], rid="plain"))
+        reqs.append(rs)
+        running = []
+        for step in range(7):
+            if step < len(rs):
+                req = rs[step]
+                if tags_of(req).segment_end:
+                    rig.prefill(req, upto=S)
+                    ensure_segment(req, rig.req_to_token, rig.alloc, config)
+                rig.prefill(req)
+                running.append(req)
+            if k == 0:
+                with monkeypatch.context() as m:
+                    m.setattr(persist, "compress_request", no_fallback)
+                    batch = ScheduleBatch(reqs=list(running), req_to_token_pool=rig.req_to_token_pool,
+                                          token_to_kv_pool_allocator=rig.alloc, device="cpu")
+                    persist.compress_batch(batch, rig.alloc, config)
+            else:
+                for req in running:
+                    compress_request(req, rig.req_to_token, rig.alloc, config)
+            for req in running:
+                rig.decode(req, token=90 + step)
+        counters.append(dict(persist.COUNTERS))
+    for ra, rb in zip(*reqs):
+        for ha, hb in zip(rigs[0].held(ra), rigs[1].held(rb)):
+            assert np.array_equal(ha, hb), (ra.rid, ha.tolist(), hb.tolist())
+    assert rigs[0].alloc.unit_available_sizes() == rigs[1].alloc.unit_available_sizes()
+    assert counters[0] == counters[1] and counters[0]["errors"] == 0 and counters[0]["compressions"] > 0
+    for rig, rs in zip(rigs, reqs):
+        for req in rs:
+            rig.release(req)
+        rig.assert_idle()

@@ -63,20 +63,21 @@ def _entries(entries: Union[str, Entry, Iterable[Entry]]) -> list[Entry]:
 
 def score(model, method, entries: Union[str, Iterable[Entry]], *, budget: float | None = None,
           policy=None, schedule: str | None = None, settings: Union[Settings, dict, None] = None,
-          progress: bool = False, segment_rule=None, **method_options) -> list[dict]:
+          progress: bool = False, segment_rule=None, chunk_rule=None, **method_options) -> list[dict]:
     """Score ``entries`` (Entry objects or a ``--data`` spec such as ``"synthetic:calib:20:tiny"``)
     with the reference runner under ``method`` (a registry name or a KVMethod; ``budget``,
     ``policy``, ``schedule`` and ``method_options`` as :func:`~sglang_pask.eval.hf_backend.bind_runner`).
     ``model``: a model directory or a Runner (:func:`load_runner`) reused across calls.
     ``segment_rule``: the runner's shared-segment rule
     (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's operating point,
-    else none; ``pask eval --segment ...``). Schedule and interval default to the policy's
-    operating point for ``pask``. Returns
+    else none; ``pask eval --segment ...``). ``chunk_rule``: the chunked prefill rule
+    (:class:`~sglang_pask.methods.chunks.ChunkRule`; None: prompts written whole). Schedule and
+    interval default to the policy's operating point for ``pask``. Returns
     one results.jsonl record per entry, in order: ``{"id", "category", "raw", "decoded", "valid",
     "error_type", "error", "meta"}``."""
     items = _entries(entries)
     backend = HFBackend(model, method, budget, policy, schedule=schedule, method_options=method_options,
-                        segment_rule=segment_rule)
+                        segment_rule=segment_rule, chunk_rule=chunk_rule)
     cfg = as_settings(settings)
     bar = None
     if progress:

@@ -26,7 +26,7 @@ FLAG_NAMES = flag_names()
 
 
 def bind_runner(model, method="full", *, budget: float | None = None, policy=None, schedule: str | None = None,
-                segment_rule=None, **method_options):
+                segment_rule=None, chunk_rule=None, **method_options):
     """A reference :class:`~sglang_pask.hf.Runner` under ``method`` with SGLang's grammar.
 
     ``model``: a model directory (loaded here) or a Runner whose loaded model and tokenizer are
@@ -36,7 +36,9 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
     or a KVMethod instance (``budget``/``schedule``/options then replace its fields, which needs a
     dataclass method). ``policy``: a loaded policy or a policy file, checked against the model's
     binding. ``segment_rule``: the runner's shared-segment rule
-    (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's, else none)."""
+    (:class:`~sglang_pask.policy.operating_point.SegmentRule`; None: the policy's, else none).
+    ``chunk_rule``: the chunked prefill rule (:class:`~sglang_pask.methods.chunks.ChunkRule`;
+    None: prompts are written whole)."""
     from sglang_pask.hf import Runner
     from sglang_pask.methods import KVMethod, make_method
 
@@ -61,12 +63,13 @@ def bind_runner(model, method="full", *, budget: float | None = None, policy=Non
         method = make_method(str(method), budget, policy=policy, **opts)
     if base is not None:
         bound = Runner(base.model, base.tokenizer, method=method, policy=policy, grammar=base.grammar,
-                       segment_rule=segment_rule)
+                       segment_rule=segment_rule, chunk_rule=chunk_rule)
         if base.constrain:  # same tokenizer and grammar: share its compile cache (no recompiling)
             bound._constraints = base.constraints
         bound.memo = base.memo  # the same model: its prompt forwards serve every method
         return bound
-    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment_rule=segment_rule)
+    return Runner(model_dir, method=method, policy=policy, grammar="sglang", segment_rule=segment_rule,
+                  chunk_rule=chunk_rule)
 
 
 def _model_dir(model) -> str | None:
@@ -84,7 +87,8 @@ def runner_body(request: Request) -> dict:
 
 class HFBackend(Backend):
     """``model``: a model directory or a Runner to reuse (:func:`bind_runner`, which also takes
-    ``method``, ``budget``, ``policy``, ``schedule``, ``method_options`` and ``segment_rule``).
+    ``method``, ``budget``, ``policy``, ``schedule``, ``method_options``, ``segment_rule`` and
+    ``chunk_rule``).
 
     The operating point (schedule, interval, segment rule) is resolved once
     (:func:`~sglang_pask.policy.operating_point.resolve`): what is given here (``overrides``, or
@@ -97,7 +101,7 @@ class HFBackend(Backend):
 
     def __init__(self, model, method="full", budget: float | None = None, policy=None, *,
                  schedule: str | None = None, method_options: dict | None = None, segment_rule=None,
-                 overrides: dict | None = None):
+                 overrides: dict | None = None, chunk_rule=None):
         from sglang_pask.policy.operating_point import resolve
 
         opts = dict(method_options or {})
@@ -120,7 +124,7 @@ class HFBackend(Backend):
         point = self.resolved.point
         opts.update(schedule=point.schedule, interval=point.interval)  # the method runs at the resolved point
         self.runner = bind_runner(model, method, budget=budget, policy=policy, segment_rule=point.segment,
-                                  **opts)
+                                  chunk_rule=chunk_rule, **opts)
         self.model_dir = _model_dir(model)
 
     @classmethod

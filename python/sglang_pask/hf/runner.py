@@ -34,6 +34,8 @@ import numpy as np
 import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView, KVMethod, window_size
+from sglang_pask.methods.chunks import ChunkRule
+from sglang_pask.methods.chunks import check_method as check_chunk_method
 from sglang_pask.methods.segment import (
     SegmentRule,
     own_due,
@@ -91,7 +93,8 @@ class Runner:
                  method: Union[str, KVMethod] = "full", budget: Optional[float] = None, policy=None, *,
                  groups: Optional[Sequence[Sequence[int]]] = None, constrain: bool = True,
                  grammar: str = "xgrammar", dtype: torch.dtype = torch.float32, device: Optional[str] = None,
-                 method_options: Optional[dict] = None, segment_rule: Optional[SegmentRule] = None):
+                 method_options: Optional[dict] = None, segment_rule: Optional[SegmentRule] = None,
+                 chunk_rule: Optional[ChunkRule] = None):
         model_dir = str(model) if isinstance(model, (str, os.PathLike)) else None
         if model_dir is None and tokenizer is None:
             raise ValueError("a tokenizer is required with a loaded model")
@@ -112,6 +115,13 @@ class Runner:
         if segment_rule.active:
             check_segment_method(self.method)
         self.segment_rule = segment_rule
+        self.chunk_rule = chunk_rule if chunk_rule is not None else ChunkRule()
+        if not isinstance(self.chunk_rule, ChunkRule):
+            raise TypeError(f"chunk_rule must be a ChunkRule, got {type(chunk_rule).__name__}")
+        if self.chunk_rule.active:
+            check_chunk_method(self.method)
+            if segment_rule.active:
+                raise ValueError("the chunked prefill rule and a shared-segment rule do not combine (yet)")
         if grammar not in ("xgrammar", "sglang"):
             raise ValueError(f"grammar must be 'xgrammar' or 'sglang', got {grammar!r}")
         if model_dir is not None:
@@ -186,18 +196,20 @@ class Runner:
 
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
                  step: int, force: bool = False, segment_end: int = 0,
-                 segment_slots: int = 0) -> Optional[Compression]:
+                 segment_slots: int = 0, pick=None) -> Optional[Compression]:
         """At decode step ``step`` (0: prefill end), apply the method if it is due (every
         method's schedule, when over budget) or ``force``; None if nothing ran. With
         ``segment_end = S > 0`` only positions ``>= S`` are compressed, as their own span
         (:func:`sglang_pask.methods.segment.own_view`; ``segment_slots``: what the segment kept,
         counted in the request's budget); ``kept`` is then what every layer holds after (segment
-        positions included)."""
+        positions included). ``pick(view, method)``: the method at this point's budget, from the
+        view (None: nothing to compress) -- a chunk end of the chunked prefill rule, no segment."""
         heads = max(cache.num_kv_heads, 1)
         if segment_end:
             return self._compress_own(cache, seq_len, classes, prompt_len, step, force, segment_end,
                                       segment_slots)
-        if not force and not self.due(step, cache.token_head_slots() // heads, seq_len):
+        held_slots = cache.token_head_slots() // heads
+        if pick is None and not force and not self.due(step, held_slots, seq_len):
             return None  # checked first: this runs every decode step, the view only when due
         retained = [cache.positions(li).cpu().numpy() for li in range(self.num_layers)]
         masks = [cache.head_mask(li) for li in range(self.num_layers)]
@@ -207,8 +219,13 @@ class Runner:
                          classes=np.asarray(classes, dtype=np.int64), retained=retained,
                          protected_tail=PROTECTED_TAIL, attention=_stats(cache, retained, self),
                          prompt_len=prompt_len, head_mask=masks)
-        allocation = [int(a) for a in self.method.allocation(view)]
-        sel = self.method.select(view)
+        method = self.method
+        if pick is not None:
+            method = pick(view, self.method)
+            if method is None or not (force or method.due(step, held_slots, seq_len, self.num_layers)):
+                return None
+        allocation = [int(a) for a in method.allocation(view)]
+        sel = method.select(view)
         return self._keep(cache, step, seq_len, allocation, sel.kept, retained, sel.head_mask)
 
     def _compress_own(self, cache, seq_len, classes, prompt_len, step, force, segment_end, segment_slots):
@@ -277,7 +294,7 @@ class Runner:
         prompt = list(tags.token_ids)
         classes = [int(c) for c in tags.classes]
         seg = tags.segment_end if self.segment_rule.active else 0
-        segment = None
+        segment, chunks = None, []
         if seg and self.segment_rule.segment_prefill == "full":  # the rest attends to the whole segment
             self.forward(cache, prompt[:seg], 0)
             kept = self.segment_selection(cache, classes[:seg])
@@ -287,10 +304,16 @@ class Runner:
             self.forward(cache, prompt[:seg], 0)
             segment = self.compress_segment(cache, classes[:seg])
             logits = self.forward(cache, prompt[seg:], seg)
-        else:
-            logits = self.forward(cache, prompt, 0)
+        else:  # the chunked prefill rule (:mod:`sglang_pask.methods.chunks`): compressed at each chunk end
+            prev, chunks = 0, []
+            for e in self.chunk_rule.ends(len(prompt)):
+                self.forward(cache, prompt[prev:e], prev)
+                if (c := self.compress(cache, e, classes[:e], len(prompt), 0, pick=self.chunk_rule.method_for)):
+                    chunks.append(c)
+                prev = e
+            logits = self.forward(cache, prompt[prev:], prev)
         seg_slots = sum(len(k) for k in segment.kept) if segment is not None else 0
-        return logits, Prefilled(seg, segment, seg_slots, ())
+        return logits, Prefilled(seg, segment, seg_slots, (), tuple(chunks))
 
     def compress_prefill_end(self, cache: PrunableCache, tags, pre: "Prefilled") -> "Prefilled":
         """After :meth:`forward_prompt`: compress at decode step 0 if due; ``pre`` with it."""
@@ -326,7 +349,7 @@ class Runner:
         and write the prompt into a new cache under the segment rule (:meth:`forward_prompt`)."""
         t0 = time.perf_counter()
         tags = tags if tags is not None else self.render(request)
-        memo = self.memo if not self.segment_rule.active else None
+        memo = self.memo if not self.segment_rule.active and not self.chunk_rule.applies(len(tags.token_ids)) else None
         if memo is not None:
             key = memo.key(tags.token_ids, self.cache_spec())
             if (hit := memo.get(key)) is not None:  # a private copy of the same forward
@@ -357,7 +380,7 @@ class Runner:
         pre = self.compress_prefill_end(cache, tags, prompted.prefilled)
         seg, segment, seg_slots = pre.segment_end, pre.segment, pre.segment_slots
         seq_len = len(prompt)
-        compressions = list(pre.compressions)
+        compressions = list(pre.chunks) + list(pre.compressions)  # chunk ends first (the chunked prefill rule)
         t_prefill = time.perf_counter()
         out: list[int] = []
         recorded = [] if record_logits else None
@@ -413,6 +436,8 @@ class Prefilled:
     segment: Optional[Compression]
     segment_slots: int
     compressions: tuple
+    #: the compressions at chunk ends (:class:`~sglang_pask.methods.chunks.ChunkRule`; empty: whole prompt)
+    chunks: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,7 @@ Invariants every method satisfies (tested by looping over the registry, test/tes
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
@@ -371,8 +371,11 @@ class KVMethod(ABC):
         """bool ``[L, R, T]``: what :meth:`select` keeps for each request of ``batch``
         (:class:`~sglang_pask.methods.padded.PaddedBatch`), every layer. This default calls
         :meth:`select` per request; a method may override it with array operations over the whole
-        batch, which must give the same kept sets bit for bit."""
+        batch, which must give the same kept sets bit for bit. A row with its own budget
+        (``batch.budgets``) is selected by this method at that budget."""
         out = np.zeros_like(batch.held)
+        budgets = batch.budgets_for(self.budget)
         for r in range(batch.size):
-            batch.mask_of(self.select(batch.view(r)).kept, r, out)
+            method = self if budgets[r] == self.budget else replace(self, budget=float(budgets[r]))
+            batch.mask_of(method.select(batch.view(r)).kept, r, out)
         return out

@@ -4,16 +4,22 @@ hands a method (:meth:`~sglang_pask.methods.base.KVMethod.select_padded`).
 Shapes (``R`` requests, ``T = max(seq_lens)``, ``L`` layers): ``seq_lens`` int64 ``[R]``;
 ``prompt_lens`` int64 ``[R]``; ``classes`` int64 ``[R, T]`` (entries at ``t >= seq_lens[r]`` are
 padding, value irrelevant); ``held`` bool ``[L, R, T]`` (False at padding). Request ``r`` is exactly
-the :class:`~sglang_pask.methods.base.CacheView` :meth:`PaddedBatch.view` builds (whole sequences:
-``start = 0``, no attention statistics, no per-head masks), and a method's padded selection must
-equal its :meth:`~sglang_pask.methods.base.KVMethod.select` on those views, bit for bit
-(``test_methods_padded.py`` checks every registered method).
+the :class:`~sglang_pask.methods.base.CacheView` :meth:`PaddedBatch.view` builds (no attention
+statistics, no per-head masks), and a method's padded selection must equal its
+:meth:`~sglang_pask.methods.base.KVMethod.select` on those views, at the request's budget, bit for
+bit (``test_methods_padded.py`` checks every registered method).
+
+Two optional per-request fields make a row a request's own span after a shared segment
+(:func:`~sglang_pask.methods.segment.own_view`, shifted to start at column 0): ``starts`` int64
+``[R]``, the absolute position of column 0 (the view's ``start``; None: 0, whole sequences), and
+``budgets`` float ``[R]``, the budget the row is selected at (:func:`~sglang_pask.methods.segment.own_budget`
+of its own allocation; None: the method's own budget for every row).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +37,8 @@ class PaddedBatch:
     held: np.ndarray
     prompt_lens: np.ndarray
     protected_tail: int = 1
+    starts: Optional[np.ndarray] = None
+    budgets: Optional[np.ndarray] = None
 
     def __post_init__(self):
         self.seq_lens = np.asarray(self.seq_lens, dtype=np.int64)
@@ -44,6 +52,17 @@ class PaddedBatch:
                              f"[{self.num_layers}, {R}, {T}] / [{R}, {T}]")
         if (self.held & ~self.valid[None]).any():
             raise ValueError("held marks a position at or past its request's seq_len")
+        self.starts = np.zeros(R, np.int64) if self.starts is None else np.asarray(self.starts, dtype=np.int64)
+        if self.starts.shape != (R,) or (self.starts < 0).any():
+            raise ValueError(f"starts {self.starts.tolist()} must be [{R}] positions >= 0")
+        if self.budgets is not None:
+            self.budgets = np.asarray(self.budgets, dtype=np.float64)
+            if self.budgets.shape != (R,) or not ((self.budgets > 0) & (self.budgets <= 1.0)).all():
+                raise ValueError(f"budgets {self.budgets.tolist()} must be [{R}] values in (0, 1]")
+
+    def budgets_for(self, budget: float) -> np.ndarray:
+        """float ``[R]``: each row's budget for a method at ``budget``."""
+        return np.full(self.size, float(budget)) if self.budgets is None else self.budgets
 
     @property
     def size(self) -> int:
@@ -69,7 +88,8 @@ class PaddedBatch:
         n = int(self.seq_lens[r])
         return CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=n,
                          classes=self.classes[r, :n], retained=[np.flatnonzero(h[r, :n]) for h in self.held],
-                         protected_tail=self.protected_tail, prompt_len=int(self.prompt_lens[r]))
+                         protected_tail=self.protected_tail, prompt_len=int(self.prompt_lens[r]),
+                         start=int(self.starts[r]))
 
     def mask_of(self, kept: Sequence[np.ndarray], r: int, out: np.ndarray) -> None:
         """Write one request's per-layer kept positions into ``out[:, r]`` (``out``: bool ``[L, R, T]``)."""

@@ -270,7 +270,7 @@ class Pask(KVMethod):
         rank = self.ranks[g][cls]
         last = np.where(held, pos, -1).max(axis=1, initial=-1)  # held[-1] per request
         rec = pos / (last[:, None] + 1.0)
-        sink = pos < self.sinks  # start = 0: whole sequences
+        sink = pos + batch.starts[:, None] < self.sinks  # sinks are the sequence's first tokens
         window = pos >= (batch.seq_lens - self.window)[:, None]
         anchor = sink | window | (pos >= batch.tail_start[:, None])
         protected = np.zeros_like(held)
@@ -312,14 +312,15 @@ class Pask(KVMethod):
         tiers = [self._tiers_padded(batch, g) for g in range(G)]
         gheld = np.stack([t[0].sum(axis=1) for t in tiers])  # [G, R]
         demand = np.stack([t[2].sum(axis=1) for t in tiers])  # [G, R]
-        total = np.floor(self.budget * L * batch.seq_lens + 1e-9).astype(np.int64)  # budget_slots
+        budgets = batch.budgets_for(self.budget)  # [R]
+        total = np.floor(budgets * L * batch.seq_lens + 1e-9).astype(np.int64)  # budget_slots
         keep = np.empty((G, batch.size), dtype=np.int64)
         mand = np.zeros((G, batch.size), dtype=np.int64)
         flat = np.zeros(batch.size, dtype=bool)  # the early return of _plan: no scores
         for r in range(batch.size):  # O(G) arithmetic per request, as _plan
-            if self.budget >= 1.0 or L * tail >= total[r]:
+            if budgets[r] >= 1.0 or L * tail >= total[r]:
                 flat[r] = True
-                keep[:, r] = gheld[:, r] if self.budget >= 1.0 else tail
+                keep[:, r] = gheld[:, r] if budgets[r] >= 1.0 else tail
                 continue
             mand[:, r], keep[:, r], _ = self._split(int(total[r]), L, tail, size, gheld[:, r], demand[:, r])
         out = np.zeros_like(batch.held)

@@ -49,7 +49,7 @@ from sglang_pask.policy.operating_point import PREFILLS, SEGMENTS, SegmentRule
 # it. SEGMENTS: where a shared segment ends (``system``: the end of the system/tools message,
 # :attr:`~sglang_pask.rendering.RenderedPrompt.segment_end`); PREFILLS: what a request's own tokens
 # are prefilled against (module docstring).
-__all__ = ["PREFILLS", "SEGMENTS", "SegmentRule", "check_method", "own_due", "own_kept", "own_method",
+__all__ = ["PREFILLS", "SEGMENTS", "SegmentRule", "check_method", "own_budget", "own_due", "own_kept", "own_method",
            "own_held", "own_slots", "own_view", "segment_kept", "with_budget"]
 
 
@@ -135,12 +135,17 @@ def own_due(method: KVMethod, step: int, view: CacheView, slots: int) -> bool:
     return method.checks_at(step) and own_held(view) > slots
 
 
-def own_method(method: KVMethod, view: CacheView, slots: int) -> KVMethod:
-    """``method`` at the budget whose ``floor(b*L*T_own)`` is ``slots`` (capped at 1)."""
+def own_budget(method: KVMethod, num_layers: int, own_len: int, slots: int) -> float:
+    """The budget ``b`` whose ``floor(b*L*T_own)`` is ``slots`` (capped at 1; ``method``'s own
+    when it keeps everything): what :func:`own_method` selects the own span at."""
     if method.budget >= 1.0:
-        return method
-    denom = view.num_layers * view.seq_len
-    return with_budget(method, min(1.0, (slots + 1e-6) / denom))
+        return method.budget
+    return min(1.0, (slots + 1e-6) / (num_layers * own_len))
+
+
+def own_method(method: KVMethod, view: CacheView, slots: int) -> KVMethod:
+    """``method`` at :func:`own_budget` for ``view`` (an own view)."""
+    return with_budget(method, own_budget(method, view.num_layers, view.seq_len, slots))
 
 
 def own_kept(method: KVMethod, view: CacheView, segment_end: int, slots: Optional[int] = None) -> list[np.ndarray]:

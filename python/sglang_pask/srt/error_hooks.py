@@ -27,6 +27,7 @@ SGLang is not patched otherwise; every other message passes through unchanged.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -152,7 +153,7 @@ def length_message(tokens: int, max_req_input_len: int, limits: PromptLimits) ->
     ``tokens >= max_req_input_len``), naming the limit that refused it."""
     head = f"the prompt has {tokens} tokens; "
     at_most = max_req_input_len - 1
-    if limits.capacity < limits.context_len:
+    if limits.capacity < limits.context_len and at_most <= limits.capacity:
         return (f"{head}with --pask-policy at budget {limits.budget:g} the server accepts at most {at_most} "
                 f"(the per-unit KV pool of {limits.capacity} slots holds a whole prompt before it is "
                 "compressed; raise --max-total-tokens)")
@@ -167,13 +168,29 @@ def after_configure(result, configurator=None, *args, **kwargs):
 
     alloc, config = getattr(result, "token_to_kv_pool_allocator", None), active_config()
     if isinstance(alloc, PaskAllocator) and config is not None:
-        LIMITS = PromptLimits(int(configurator.model_config.context_len), int(alloc.capacity), config.budget)
+        from sglang_pask.srt import chunked
+
+        context_len = int(configurator.model_config.context_len)
+        LIMITS = PromptLimits(context_len, int(alloc.capacity), config.budget)
+        r = chunked.configure(config, int(alloc.capacity), context_len)
+        logging.getLogger("sglang_pask").info(
+            "sglang_pask: chunked prefill: %s", "off" if r is None else
+            f"a prompt over {r.above} tokens is prefilled in chunks of {r.size}, compressed at each chunk end "
+            f"(up to {min(context_len, alloc.size) - 7} tokens)")
     return result
 
 
 def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwargs):
     """SGLang's refusal of a too-long prompt, reworded by :func:`length_message`; None (accepted,
     or truncated with ``--allow-auto-truncate``) unchanged."""
-    if not isinstance(result, str) or LIMITS is None or req is None or max_req_input_len is None:
+    if LIMITS is None or req is None or max_req_input_len is None:
+        return result
+    from sglang_pask.srt import chunked
+
+    if result is None and chunked.applies(req):  # accepted by length: does its chunked peak fit?
+        from sglang_pask.srt.serving import active_config
+
+        return chunked.too_big(req, active_config())
+    if not isinstance(result, str):
         return result
     return length_message(len(req.origin_input_ids), int(max_req_input_len), LIMITS)

@@ -26,6 +26,7 @@ import logging
 import os
 import time
 from collections import deque
+from typing import Optional
 
 import numpy as np
 import torch
@@ -59,9 +60,14 @@ def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
     return [torch.nonzero(row > 0, as_tuple=False).flatten().numpy() for row in m]
 
 
-def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
-    """Apply the method to one request if due; returns the unit slots it freed (0: not due)."""
-    seq_len = int(req.kv.kv_committed_len)
+def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len: Optional[int] = None,
+                     pick=None) -> int:
+    """Apply the method to one request if due; returns the unit slots it freed (0: not due).
+    ``seq_len`` and ``pick(view, method)``: a chunk end of the prompt and the method at that
+    end's budget, None: nothing to compress (:mod:`.chunked`; default: the KV written so far,
+    the config's method). No shared segment with ``pick``."""
+    chunk_end = seq_len is not None
+    seq_len = int(req.kv.kv_committed_len) if seq_len is None else int(seq_len)
     if seq_len <= PROTECTED_TAIL or req.kv.req_pool_idx is None:
         return 0
     step = int(req.decode_batch_idx)
@@ -86,7 +92,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
             return 0
     else:
         slots = sum(len(h) * len(u) for h, u in zip(held, units))
-        if not method.due(step, slots, seq_len, config.num_layers):
+        if pick is None and not method.due(step, slots, seq_len, config.num_layers):
             return 0
     retained = [None] * config.num_layers
     for h, layers in zip(held, units):
@@ -103,6 +109,10 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
         view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
                          classes=classes, retained=retained, protected_tail=PROTECTED_TAIL,
                          prompt_len=tags.prompt_len, attention=attention)
+        if pick is not None:
+            method = pick(view, method)
+            if method is None or not method.due(step, slots, seq_len, config.num_layers):
+                return 0
         sel_kept = method.select(view).kept
     lo = max(int(req.kv.cache_protected_len), seg)
     kept_log, freed = {}, 0
@@ -118,7 +128,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config) -> int:
             freed += int(drop.size)
         kept_log[str(u)] = kept.tolist()
     COUNTERS["compressions"] += 1
-    if step == 0:
+    if step == 0 and not chunk_end:
         COUNTERS["requests_compressed"] += 1
     if config.kept_log:
         _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log})
@@ -141,10 +151,10 @@ def _attention(req, retained, step: int, method):
 def compress_batch(batch, allocator, config) -> None:
     """Every request of a decode batch (errors are logged and counted; serving goes on).
 
-    Without a shared segment the due requests are selected together (:func:`compress_padded`:
-    one pool read, one padded selection, one free per unit); should that fail, each request is
-    retried alone so that only a failing one keeps its Full KV. In segment mode, and for a method
-    that reads attention statistics, each request is compressed alone (:func:`compress_request`).
+    The due requests are selected together (:func:`compress_padded`: one pool read, one padded
+    selection, one free per unit; in segment mode, of their own spans); should that fail, each
+    request is retried alone so that only a failing one keeps its Full KV. For a method that
+    reads attention statistics each request is compressed alone (:func:`compress_request`).
 
     When drops freed unit slots, ``batch.batch_is_full`` is cleared: SGLang sets it when a waiting
     request did not fit and clears it only when a request leaves the running batch (or, for its
@@ -164,7 +174,7 @@ def compress_batch(batch, allocator, config) -> None:
 def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
     freed = None
-    if BATCHED and not config.rule.active and config.method.needs_attention is None:
+    if BATCHED and config.method.needs_attention is None:
         try:
             freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:
@@ -182,11 +192,15 @@ def _compress_batch(batch, allocator, config) -> None:
 
 
 def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
-    """:func:`compress_request` for every request of ``reqs`` at once (whole sequences, no shared
-    segment): the same due rule and the same kept sets (:meth:`~sglang_pask.methods.base.KVMethod.select_padded`
-    equals ``select`` per request), with one gather of the pools for all requests and one
-    ``drop`` per unit. Python per request: the O(1) due check and its tags. Returns the unit slots
-    freed. Shapes: ``R`` candidate requests, ``T`` their longest ``seq_len``, ``U`` units."""
+    """:func:`compress_request` for every request of ``reqs`` at once: the same due rule and the
+    same kept sets (:meth:`~sglang_pask.methods.base.KVMethod.select_padded` equals ``select`` per
+    request), with one gather of the pools for all requests and one ``drop`` per unit. In segment
+    mode a request's row is its own span ``[S, T)`` shifted to column 0 (``starts = S``), selected
+    at the budget of its own allocation (:func:`~sglang_pask.methods.segment.own_budget`), as
+    :func:`~sglang_pask.methods.segment.own_view` and ``own_kept`` do; segment positions are
+    never dropped. Python per request: the O(1) due check and its tags. Returns the unit slots
+    freed. Shapes: ``R`` candidate requests, ``T`` their longest ``seq_len``, ``T'`` the longest
+    own span, ``U`` units."""
     method, units, L = config.method, config.units, config.num_layers
     cand = []
     for req in reqs:
@@ -196,24 +210,28 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
     if not cand:
         return 0
     lens = np.array([int(r.kv.kv_committed_len) for r in cand], dtype=np.int64)
+    segs, allowed = _own_spans(cand, lens, config)  # [R], [R]
     rows = torch.tensor([int(r.kv.req_pool_idx) for r in cand], dtype=torch.long)
     T = int(lens.max())
     ids = req_to_token[rows, :T].long()  # [R, T]; past a request's seq_len: stale, masked below
     pos = np.arange(T, dtype=np.int64)[None, :]
     held = (allocator.pool.mapping[:, ids] > 0).cpu().numpy() & (pos < lens[:, None])[None]  # [U, R, T]
     width = np.array([len(u) for u in units], dtype=np.int64)
-    slots = (held.sum(axis=2) * width[:, None]).sum(axis=0)  # [R]
-    due = np.array([method.due(int(r.decode_batch_idx), int(n), int(t), L)
-                    for r, n, t in zip(cand, slots, lens)], dtype=bool)
+    slots = ((held & (pos >= segs[:, None])[None]).sum(axis=2) * width[:, None]).sum(axis=0)  # [R]: own span
+    due = np.array([n > a if s else method.due(int(r.decode_batch_idx), int(n), int(t), L)
+                    for r, n, t, s, a in zip(cand, slots, lens, segs, allowed)], dtype=bool)
     if not due.any():
         return 0
     idx = np.flatnonzero(due)
     reqs_due = [cand[i] for i in idx]
-    lens, held, ids = lens[idx], held[:, idx], ids[torch.from_numpy(idx)]
-    T = int(lens.max())
+    lens, segs, allowed, held, ids = lens[idx], segs[idx], allowed[idx], held[:, idx], ids[torch.from_numpy(idx)]
+    R, T = len(idx), int(lens.max())
     held, ids, pos = held[:, :, :T], ids[:, :T], pos[:, :T]
-    classes = np.zeros((len(idx), T), dtype=np.int64)
-    prompt_lens = np.empty(len(idx), dtype=np.int64)
+    own = lens - segs  # [R]
+    if (own < PROTECTED_TAIL).any():
+        raise ValueError(f"segment ends {segs.tolist()} leave no current step in sequences {lens.tolist()}")
+    classes = np.zeros((R, T), dtype=np.int64)
+    prompt_lens = np.empty(R, dtype=np.int64)
     for i, req in enumerate(reqs_due):
         tags = tags_of(req)
         classes[i, : lens[i]] = tags.classes(req, int(lens[i]))
@@ -221,9 +239,26 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
     unit_of = np.empty(L, dtype=np.int64)
     for u, layers in enumerate(units):
         unit_of[list(layers)] = u
-    view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL)
-    kept = method.select_padded(view)  # [L, R, T]
-    lo = np.array([int(r.kv.cache_protected_len) for r in reqs_due], dtype=np.int64)
+    if segs.any():  # own spans, shifted: column t of row r is position segs[r] + t
+        from sglang_pask.methods.segment import own_budget
+
+        rr, tt = np.nonzero(np.arange(int(own.max()))[None, :] < own[:, None])  # valid (row, column)
+        cols = segs[rr] + tt
+        own_held = np.zeros((len(units), R, int(own.max())), dtype=bool)
+        own_held[:, rr, tt] = held[:, rr, cols]
+        own_classes = np.zeros((R, int(own.max())), dtype=np.int64)
+        own_classes[rr, tt] = classes[rr, cols]
+        budgets = np.array([own_budget(method, L, int(n), int(a)) if s else method.budget
+                            for n, a, s in zip(own, allowed, segs)])
+        view = PaddedBatch(L, config.groups, own, own_classes, own_held[unit_of],
+                           np.maximum(prompt_lens - segs, 0), PROTECTED_TAIL, starts=segs, budgets=budgets)
+        kept = np.zeros((L, R, T), dtype=bool)  # [L, R, T]: the segment's held, then the own selection
+        kept[:, rr, cols] = method.select_padded(view)[:, rr, tt]
+        kept |= held[unit_of] & (pos < segs[:, None])[None]
+    else:
+        view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL)
+        kept = method.select_padded(view)  # [L, R, T]
+    lo = np.maximum([int(r.kv.cache_protected_len) for r in reqs_due], segs)  # [R]
     freed = 0
     for u, layers in enumerate(units):
         k = kept[layers[0]]
@@ -241,6 +276,27 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
                                    "kept": {str(u): np.flatnonzero(kept[layers[0], i]).tolist()
                                             for u, layers in enumerate(units)}})
     return freed
+
+
+def _own_spans(reqs, lens: np.ndarray, config) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ``[R]`` segment ends (0: no shared segment, the ordinary rule) and ``[R]`` the
+    token-layer slots each own span may keep (:func:`~sglang_pask.methods.segment.own_slots`;
+    -1 where there is no segment)."""
+    segs = np.zeros(len(reqs), dtype=np.int64)
+    allowed = np.full(len(reqs), -1, dtype=np.int64)
+    if not config.rule.active:
+        return segs, allowed
+    from sglang_pask.methods.segment import own_slots
+    from sglang_pask.srt.segments import segment_kept_units
+
+    for i, req in enumerate(reqs):
+        tags = tags_of(req)
+        if tags.segment_end:
+            segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
+            segs[i] = tags.segment_end
+            allowed[i] = own_slots(config.method, config.num_layers, int(lens[i]), segs[i], tags.segment_slots,
+                                   config.rule.own_budget)
+    return segs, allowed
 
 
 def _log(folder: str, record: dict) -> None:

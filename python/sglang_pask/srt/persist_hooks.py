@@ -142,7 +142,7 @@ def around_release(original, req, *args, **kwargs):
 
 def pask_state(scheduler) -> dict:
     from sglang_pask import ops
-    from sglang_pask.srt import persist, request_tags, segments
+    from sglang_pask.srt import chunked, persist, request_tags, segments
     from sglang_pask.srt.pools import PaskAllocator
 
     alloc = scheduler.token_to_kv_pool_allocator
@@ -156,7 +156,8 @@ def pask_state(scheduler) -> dict:
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
            "kernels": ops.implementation(),
-           "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED)}
+           "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED),
+           "chunked_prefill": {"rule": chunked.rule().record() if chunked.rule() else None, **chunked.COUNTERS}}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()
         tree = getattr(scheduler, "tree_cache", None)

@@ -48,6 +48,9 @@ PERSIST_FLAGS = {
                         "operating point)"),
     "--pask-interval": ("pask_interval", int, "decode steps between budget checks under continuous (default: "
                         "the policy's operating point)"),
+    "--pask-prefill-chunk": ("pask_prefill_chunk", int, "a prompt longer than a KV unit pool holds whole is "
+                             "prefilled in chunks of N tokens, compressed at each chunk end (default: a "
+                             "quarter of a unit pool; 0: off, such prompts are refused)"),
     "--pask-kept-log": ("pask_kept_log", str, "(debug) write the kept positions of every compression to "
                         "JSON lines in DIR"),
 }
@@ -116,7 +119,8 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     kept_log = getattr(args, "pask_kept_log", None)
     flags = serving.ServingFlags(method=getattr(args, "pask_method", None), budget=getattr(args, "pask_budget", None),
                                  overrides=overrides, radix=not getattr(args, "disable_radix_cache", False),
-                                 kept_log=os.path.abspath(kept_log) if kept_log else None)
+                                 kept_log=os.path.abspath(kept_log) if kept_log else None,
+                                 prefill_chunk=getattr(args, "pask_prefill_chunk", None))
     try:
         config = serving.build_config(path, flags, model_dir=getattr(args, "model_path", None))
     except (ValueError, TypeError) as e:

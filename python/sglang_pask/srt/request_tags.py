@@ -98,6 +98,7 @@ class RequestTags:
         #: per unit, the segment positions that persist (:mod:`.segments`; computed once)
         self.segment_kept = None
         self.segment_slots = 0
+        self.chunk_plan = None  # the chunked prefill need (.chunked.plan), once per request
         self._tracker = None
         self._fed = 0
         self._failed = not self.tagged

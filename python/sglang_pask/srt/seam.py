@@ -170,6 +170,15 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission", "around",
          f"{_SRT}.segments:around_select_admission"),
     Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.segments:around_checkpoint"),
+    # -- the chunked prefill rule (chunked; admission and checkpoint through segments' hooks) --
+    Hook("sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info", "around",
+         f"{_SRT}.chunked:around_worker_info"),
+    Hook("sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens", "around",
+         f"{_SRT}.chunked:around_init_max_new_tokens"),
+    Hook("sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req", "around",
+         f"{_SRT}.chunked:around_add_chunked_req"),
+    Stamp("chunked_req_limit", "sglang.srt.managers.schedule_policy.PrefillAdder",
+          "capped at the next chunk end during add_chunked_req", ours=False),
     Subclass("sglang.srt.mem_cache.memory_pool.KVCache", f"{_SRT}.pools:PaskKVPool", "per-unit KV pool"),
     Subclass("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", f"{_SRT}.pools:PaskAllocator",
              "full ids + per-unit slots"),
@@ -333,7 +342,7 @@ def check(d) -> str | None:
             if d.ours and (hasattr(cls, d.name) or _sglang_uses(cls, d.name)):
                 return f"cannot stamp {d.name} on {d.on}: SGLang uses that name"
             fields = getattr(cls, "__dataclass_fields__", {})
-            if not d.ours and d.name not in fields and not hasattr(cls, d.name):
+            if not d.ours and d.name not in fields and not hasattr(cls, d.name) and not _sglang_uses(cls, d.name):
                 return f"{d.on} has no field {d.name!r}"
     except Exception as e:  # ImportError, LookupError, AttributeError, ...
         return f"SGLang target {d.names()[0]} does not resolve: {e}"

@@ -98,6 +98,14 @@ def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
     if getattr(tree_cache, "compresses_segments", False):
         return result  # the PASK radix cache's checkpoint did it
+    if config is not None and not config.rule.active and isinstance(alloc, PaskAllocator):
+        from sglang_pask.srt import chunked
+
+        try:  # the chunked prefill rule: compressed at each chunk end
+            chunked.compress_chunk(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
+        except Exception as e:  # the chunk then stays whole; serving goes on
+            chunked.COUNTERS["errors"] += 1
+            logger.exception("sglang_pask: chunk compression failed for %s: %r", req.rid, e)
     if config is not None and config.rule.active and isinstance(alloc, PaskAllocator):
         try:
             ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
@@ -107,6 +115,14 @@ def around_checkpoint(original, req, tree_cache, *args, **kwargs):
 
 
 def around_select_admission(original, adder, req, **kwargs):
+    from sglang_pask.srt import chunked
+
+    if chunked.applies(req):  # the chunked prefill rule (no shared segment with it)
+        try:
+            return chunked.admission(adder, req, kwargs, original)
+        except Exception as e:  # SGLang's own admission (the request waits until it fits whole)
+            chunked.COUNTERS["errors"] += 1
+            logger.exception("sglang_pask: chunked admission failed for %s: %r", req.rid, e)
     admission = original(adder, req, **kwargs)
     from sglang.srt.managers.schedule_policy import AddReqResult, _PrefillAdmission
 

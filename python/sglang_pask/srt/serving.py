@@ -76,6 +76,8 @@ class ServingFlags:
     #: SGLang's radix cache is on (it then caches exactly the compressed segments)
     radix: bool = False
     kept_log: Optional[str] = None
+    #: ``--pask-prefill-chunk`` (None: automatic; 0: off; :mod:`.chunked`)
+    prefill_chunk: Optional[int] = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -100,6 +102,9 @@ class ServingConfig:
     #: the radix cache is on (it then caches exactly the segments: :mod:`.radix_cache`)
     radix: bool = False
     policy_sha256: str = ""
+    #: tokens per chunk of the chunked prefill rule (None: automatic, a quarter of a unit pool, where
+    #: the method and the segment rule allow; 0: off; :mod:`.chunked`)
+    prefill_chunk: Optional[int] = None
 
     @property
     def rule(self) -> SegmentRule:
@@ -167,10 +172,24 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
             check_segment_method(kv)
         except ValueError as e:
             raise ValueError(f"--pask-segment {point.segment.segment}: {e}") from None
+    chunk = flags.prefill_chunk
+    if chunk is not None:
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise ValueError(f"--pask-prefill-chunk must be an integer >= 0 (0: off), got {chunk!r}")
+        if chunk and point.segment.active:
+            raise ValueError(f"--pask-prefill-chunk {chunk}: the chunked prefill rule needs --pask-segment none "
+                             f"(the segment rule is {point.segment.segment})")
+        if chunk:
+            from sglang_pask.methods.chunks import check_method as check_chunk_method
+
+            try:
+                check_chunk_method(kv)
+            except ValueError as e:
+                raise ValueError(f"--pask-prefill-chunk {chunk}: {e}") from None
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
                          num_layers=num_layers, resolved=resolved, kept_log=flags.kept_log,
                          radix=bool(flags.radix) and point.segment.active,  # the tree holds segments only
-                         policy_sha256=policy_hash(policy))
+                         policy_sha256=policy_hash(policy), prefill_chunk=chunk)
 
 
 @lru_cache(maxsize=1)
