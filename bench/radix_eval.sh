@@ -14,8 +14,8 @@
 #                        SEGMENT_POLICY (default policies/<model>.segment.json: calibrated on calib
 #                        under exactly this rule, bench/tiny_calibrate.sh; used at its own budget only)
 #   radix on, own kept, full prefill: the same with SEGMENT_POLICY and --pask-segment-prefill full
-#                        (each request's own tokens prefilled against the whole segment, which the
-#                        request recomputes; the tree still holds one compressed copy)
+#                        (each request's own tokens prefilled against the whole segment; the tree
+#                        keeps the segment whole, a hit reuses it, each request reads its view)
 #   runner, full:        pask eval --backend hf --method full (the reference)
 #   bash bench/radix_eval.sh                    # N=200, budget 0.33, schedule prefill (~8 min)
 #   N=20 BUDGETS="0.33 0.2" bash bench/radix_eval.sh

@@ -42,12 +42,14 @@ def tokenizer():
 
 def reset_counters() -> None:
     """Every process-global counter of the scheduler side back to zero (a fixture calls it)."""
-    from sglang_pask.srt import chunked, persist, request_tags, segments
+    from sglang_pask.srt import chunked, persist, request_tags, segment_views, segments
 
-    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS, chunked.COUNTERS):
+    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS, chunked.COUNTERS,
+                     segment_views.COUNTERS):
         for k in counters:
             counters[k] = 0
     persist.RELEASED.clear()
+    segment_views.VIEWS.clear()
 
 
 def prompt_classes(n: int, seed: int = 0) -> list[int]:
@@ -175,9 +177,11 @@ class Rig:
         """The request finishes: SGLang's release (with a radix cache: checkpoint, free the rest,
         unlock), or, without one, its row's full ids back to the allocator."""
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+        from sglang_pask.srt import segment_views
 
         req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
         n = int(req.kv.kv_committed_len)
+        segment_views.clear(req.kv.req_pool_idx)  # what the plugin's release hook does first
         if self.tree is not None:
             # SGLang's release_kv_cache for a request with no over-allocation (what SGLang's own
             # test kit, sglang.test.mem_cache_utils.finish_req, does; the real function reads
@@ -229,3 +233,37 @@ class Rig:
     def assert_idle(self) -> None:
         problems = self.leaks()
         assert not problems, "; ".join(problems)
+
+
+def compress_step(rig: Rig, running: list, config, batched: bool, monkeypatch) -> None:
+    """One decode step's compression of ``running``: the server's ``compress_batch`` (which must
+    not fall back to ``compress_request``) or ``compress_request`` request by request."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang_pask.srt import persist
+
+    if not batched:
+        for req in running:
+            persist.compress_request(req, rig.req_to_token, rig.alloc, config)
+        return
+
+    def no_fallback(*a, **k):
+        raise AssertionError("the batched compression fell back to request by request")
+
+    with monkeypatch.context() as m:
+        m.setattr(persist, "compress_request", no_fallback)
+        batch = ScheduleBatch(reqs=list(running), req_to_token_pool=rig.req_to_token_pool,
+                              token_to_kv_pool_allocator=rig.alloc, device="cpu")
+        persist.compress_batch(batch, rig.alloc, config)
+
+
+def assert_twins_then_idle(rigs: Sequence[Rig], reqs: Sequence[Sequence]) -> None:
+    """Twin rigs fed the same requests hold the same positions per unit and the same free slots;
+    releasing every request leaves both idle."""
+    for ra, rb in zip(*reqs):
+        for ha, hb in zip(rigs[0].held(ra), rigs[1].held(rb)):
+            assert np.array_equal(ha, hb), (ra.rid, ha.tolist(), hb.tolist())
+    assert rigs[0].alloc.unit_available_sizes() == rigs[1].alloc.unit_available_sizes()
+    for rig, rs in zip(rigs, reqs):
+        for req in rs:
+            rig.release(req)
+        rig.assert_idle()

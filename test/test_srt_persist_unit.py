@@ -20,7 +20,7 @@ from sglang_pask.srt import persist  # noqa: E402
 from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request, record_release  # noqa: E402
 from sglang_pask.srt.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
-from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
+from srt_kit import Rig, assert_twins_then_idle, compress_step, reset_counters, serving_config  # noqa: E402
 
 PROMPT = 40
 
@@ -186,10 +186,6 @@ def test_record_release_and_kept_log(tmp_path):
     rig.assert_idle()
 
 
-def _no_fallback(*a, **k):
-    raise AssertionError("the batched compression fell back to request by request")
-
-
 @pytest.mark.parametrize("schedule", ["prefill", "continuous"])
 @pytest.mark.parametrize("method", [m for m in server_methods() if _needs_attention(m) is None])
 def test_batched_compression_equals_request_by_request(method, schedule, monkeypatch):
@@ -198,8 +194,6 @@ def test_batched_compression_equals_request_by_request(method, schedule, monkeyp
     requests of different lengths, one with a tree-owned prefix, joining at different steps):
     after every step each request holds the same positions per unit, the same slots are free,
     the same counters count; releasing everything leaves both idle."""
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
-
     config = serving_config(method, None if method == "full" else 0.33, schedule=schedule, interval=2)
     rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]
     prompts = [(list(range(100, 140)), "a"), (list(range(200, 223)), "b"), (list(range(300, 357)), "c")]
@@ -214,24 +208,9 @@ def test_batched_compression_equals_request_by_request(method, schedule, monkeyp
                 if rs[step].rid == "b":
                     rs[step].kv.cache_protected_len = 7
                 running.append(rs[step])
-            if k == 0:
-                with monkeypatch.context() as m:  # the batched path must not fall back to this
-                    m.setattr(persist, "compress_request", _no_fallback)
-                    batch = ScheduleBatch(reqs=list(running), req_to_token_pool=rig.req_to_token_pool,
-                                          token_to_kv_pool_allocator=rig.alloc, device="cpu")
-                    compress_batch(batch, rig.alloc, config)
-            else:
-                for req in running:
-                    compress_request(req, rig.req_to_token, rig.alloc, config)
+            compress_step(rig, running, config, k == 0, monkeypatch)  # the batched path must not fall back
             for req in running:
                 rig.decode(req, token=90 + step)
         counters.append(dict(persist.COUNTERS))
-    for ra, rb in zip(*reqs):
-        for ha, hb in zip(rigs[0].held(ra), rigs[1].held(rb)):
-            assert np.array_equal(ha, hb), (ra.rid, ha.tolist(), hb.tolist())
-    assert rigs[0].alloc.unit_available_sizes() == rigs[1].alloc.unit_available_sizes()
     assert counters[0] == counters[1] and counters[0]["errors"] == 0
-    for rig, rs in zip(rigs, reqs):
-        for req in rs:
-            rig.release(req)
-        rig.assert_idle()
+    assert_twins_then_idle(rigs, reqs)

@@ -143,7 +143,7 @@ def servers(tmp_path_factory):
     specs = {"pask": [*common, "--pask-budget", str(BUDGET), "--pask-kept-log", str(logs / "kept"),
                       "--pask-tag-log", str(logs / "tags")],
              "pask_own": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", str(OWN_BUDGET),
-                          "--pask-segment-prefill", "full",
+                          "--pask-segment-prefill", "full", "--enable-cache-report",
                           "--pask-kept-log", str(logs / "kept-own"), "--pask-tag-log", str(logs / "tags-own")],
              "pask_kept": [*common, "--pask-budget", str(BUDGET), "--pask-own-budget", "1",
                            "--pask-segment-prefill", "full"],
@@ -202,25 +202,24 @@ def test_shared_tools_block_memory(servers):
     seg_slots = sum(n * len(u) for n, u in zip(tree["unit_slots"], units))
     assert 0.95 * math.floor(BUDGET * layers * seg) <= seg_slots <= math.floor(BUDGET * layers * seg)
     assert counters["segment_chunks_forced"] == 1 and counters["segments_compressed"] == 1, counters
-    # own tokens at their own budget: the same segment, each request's own tokens at 0.5
+    # the accurate mode (full prefill): the tree keeps the block whole, once (the first request's
+    # insert; the others hit it or had their copies freed as duplicates), nothing chunked at the
+    # segment end, nothing cut; each request reads its view of it (segment_views)
     own_total, _, own_tree, own_counters, _, (prefix, own) = held["pask_own"]
-    bound = 1.05 * (BUDGET * prefix + OWN_BUDGET * own) * layers * per + newest
-    print(f"--pask-own-budget {OWN_BUDGET}: held {own_total} KV bytes (segment {own_tree['kv_bytes']}); "
-          f"bound 1.05 x (b x prefix + {OWN_BUDGET} x own) = {bound - newest:.0f} + newest {newest}")
-    assert own_tree["unit_slots"] == tree["unit_slots"]  # the own budget does not change the segment
-    # full prefill: nothing chunked at the segment end, the segment compressed once (by the first
-    # request; the others' copies were freed as duplicates of the tree's)
-    assert own_counters["segment_chunks_forced"] == 0 and own_counters["segments_compressed"] == 1, own_counters
-    assert total < own_total <= bound
-    # own tokens kept, full prefill: the segment once, every own token
+    bound = 1.05 * (prefix + OWN_BUDGET * own) * layers * per + newest
+    print(f"--pask-own-budget {OWN_BUDGET} --pask-segment-prefill full: held {own_total} KV bytes (segment "
+          f"{own_tree['kv_bytes']}, whole); bound 1.05 x (prefix + {OWN_BUDGET} x own) = {bound - newest:.0f} + "
+          f"newest {newest}; segments {own_counters}")
+    assert own_tree["unit_slots"] == [seg] * len(units) and own_tree["kv_bytes"] == seg * layers * per
+    assert own_counters["segment_chunks_forced"] == 0 and own_counters["segments_compressed"] == 0, own_counters
+    assert own_counters["views"] >= 32, own_counters
+    assert own_total <= bound
+    # own tokens kept too: the block once, every own token -- Full KV's bytes
     kept_total, _, kept_tree, kept_counters, _, (prefix, own) = held["pask_kept"]
-    kept_bound = 1.05 * (BUDGET * prefix + own) * layers * per
-    issue_bound = 1.05 * BUDGET * (prefix + own) * layers * per
     print(f"--pask-own-budget 1 --pask-segment-prefill full: held {kept_total} KV bytes (segment "
-          f"{kept_tree['kv_bytes']}; Full KV {full_total}, ratio {kept_total / full_total:.3f}); bound "
-          f"1.05 x (b x prefix + own) = {kept_bound:.0f}; the issue's 1.05 x b x (prefix + own) = {issue_bound:.0f}")
-    assert kept_tree["unit_slots"] == tree["unit_slots"] and kept_counters["segments_compressed"] == 1
-    assert own_total < kept_total <= kept_bound and kept_total < full_total
+          f"{kept_tree['kv_bytes']}; Full KV {full_total}, ratio {kept_total / full_total:.3f})")
+    assert kept_tree["unit_slots"] == [seg] * len(units) and kept_counters["segments_compressed"] == 0
+    assert own_total < kept_total <= full_total
 
 
 def test_hit_reads_what_a_miss_computed(servers):
@@ -265,9 +264,12 @@ def test_hit_reads_what_a_miss_computed(servers):
 
 
 def test_own_budget_matches_the_runner(servers):
-    """``--pask-own-budget 0.5 --pask-segment-prefill full``: two requests sharing a tools block
-    (the second recomputes it and is pointed at the tree's compressed copy); kept positions at
-    every compression and tokens equal the runner's with ``own_budget=0.5, segment_prefill="full"``."""
+    """The accurate mode (``--pask-own-budget 0.5 --pask-segment-prefill full``): two requests
+    sharing a new tools block, each sent twice. The first misses; every later one hits the
+    tree's whole block (cached tokens >= the block, no recompute) and answers with the same tool
+    calls as its first pass; kept positions at every compression (what the request reads: its
+    view of the block, its own tokens) and tokens equal the runner's with ``own_budget=0.5,
+    segment_prefill="full"``."""
     from sglang_pask.eval.parity import compare, runner_trace, server_traces
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.hf import Runner
@@ -277,8 +279,14 @@ def test_own_budget_matches_the_runner(servers):
     entries = generate("calib", 2, profile="tiny", group=2)
     bodies = [{**request_body(e)[0], "tool_choice": "required"} for e in entries]
     client = _client(srv)
-    for b in bodies:
-        _call(client, {k: b[k] for k in ("messages", "tools")})
+    first = [_call(client, {k: b[k] for k in ("messages", "tools")}) for b in bodies]
+    again = [_call(client, {k: b[k] for k in ("messages", "tools")}) for b in bodies]
+    seg = _segment_end({k: bodies[0][k] for k in ("messages", "tools")})
+    assert first[0].usage.prompt_tokens_details.cached_tokens == 0  # a new block: the miss
+    for a, b in zip(first, again):
+        assert b.usage.prompt_tokens_details.cached_tokens == seg, b.usage  # the whole block, no own token
+        assert [c.function for c in a.choices[0].message.tool_calls] == \
+            [c.function for c in b.choices[0].message.tool_calls]
     time.sleep(1.0)  # the output record is written at release
     served = server_traces(str(servers["logs"] / "kept-own"), str(servers["logs"] / "tags-own"))
     runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",

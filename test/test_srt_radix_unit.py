@@ -174,10 +174,13 @@ def test_another_policy_never_matches(use_config):
     assert _balanced(rig)
 
 
-def test_full_prefill_shares_memory_not_compute(use_config):
-    """``segment_prefill="full"``: no request matches a node; the insert waits for the whole
-    prompt; a second request's own copy of the segment is freed as a duplicate and its row
-    points at the tree's compressed copy."""
+def test_full_prefill_keeps_the_block_whole_and_hits_read_views(use_config):
+    """``segment_prefill="full"`` (the accurate mode): the insert waits for the whole prompt and
+    keeps the segment whole (stamped ``/full``, nothing cut); a second request matches it (a hit:
+    its row points at the tree's slots, nothing recomputed) and, once its prompt is written, reads
+    only the kept positions (its view); releasing clears the views and balances the pools."""
+    from sglang_pask.srt import segment_views
+
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=0.5,
                                        segment_prefill="full"))
     rig = Rig(config, full_size=128, unit_size=64, radix=True)
@@ -186,15 +189,20 @@ def test_full_prefill_shares_memory_not_compute(use_config):
     rig.prefill(a, upto=S)
     assert rig.tree.stats()["nodes"] == 0  # not published before the whole prompt is written
     rig.prefill(a)
-    assert rig.tree.stats()["tokens"] == S
+    assert rig.tree.stats()["tokens"] == S and rig.tree.stats()["unit_slots"] == [S] * len(config.units)
     b = _request(rig, 1)
     rig.prefill(b)
-    assert rig.matched[b.rid] == 0 and int(b.kv.cache_protected_len) == S  # computed whole, then deduplicated
+    assert rig.matched[b.rid] == S and int(b.kv.cache_protected_len) == S  # a hit
     assert rig.row(b)[:S].tolist() == rig.row(a)[:S].tolist()
-    assert [h[h < S].tolist() for h in rig.held(b)] == [k.tolist() for k in kept]
-    assert segments.COUNTERS["segments_compressed"] == 1
+    assert [h[h < S].tolist() for h in rig.held(b)] == [list(range(S))] * len(config.units)  # whole
+    for req in (a, b):
+        row = int(req.kv.req_pool_idx)
+        assert [segment_views.visible(row, u, np.arange(S)).tolist() for u in range(len(config.units))] == \
+            [k.tolist() for k in kept]
+    assert segments.COUNTERS["segments_compressed"] == 0 and segment_views.COUNTERS["views"] == 2
     rig.release(a)
     rig.release(b)
+    assert not segment_views.VIEWS
     assert _balanced(rig), (rig.alloc.stats(), rig.tree.stats())
 
 

@@ -20,7 +20,14 @@ from sglang_pask.srt import segments  # noqa: E402
 from sglang_pask.srt.persist import compress_request  # noqa: E402
 from sglang_pask.srt.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.segments import ensure_segment, segment_kept_units, segment_ready  # noqa: E402
-from srt_kit import Rig, prompt_classes, reset_counters, serving_config  # noqa: E402
+from srt_kit import (  # noqa: E402
+    Rig,
+    assert_twins_then_idle,
+    compress_step,
+    prompt_classes,
+    reset_counters,
+    serving_config,
+)
 
 S = 24  # segment end
 OWN = 16  # own prompt tokens after it
@@ -140,11 +147,7 @@ def test_batched_segment_compression_equals_request_by_request(method, own_budge
     in the same batch). After every step each request holds the same positions per unit, the same
     slots are free, the same counters count, the batched path never falls back; releasing leaves
     both idle."""
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang_pask.srt import persist
-
-    def no_fallback(*a, **k):
-        raise AssertionError("the batched compression fell back to request by request")
 
     config = serving_config(method, 0.33, schedule="continuous", interval=1, segment="system", own_budget=own_budget)
     rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]
@@ -163,24 +166,9 @@ def test_batched_segment_compression_equals_request_by_request(method, own_budge
                     ensure_segment(req, rig.req_to_token, rig.alloc, config)
                 rig.prefill(req)
                 running.append(req)
-            if k == 0:
-                with monkeypatch.context() as m:
-                    m.setattr(persist, "compress_request", no_fallback)
-                    batch = ScheduleBatch(reqs=list(running), req_to_token_pool=rig.req_to_token_pool,
-                                          token_to_kv_pool_allocator=rig.alloc, device="cpu")
-                    persist.compress_batch(batch, rig.alloc, config)
-            else:
-                for req in running:
-                    compress_request(req, rig.req_to_token, rig.alloc, config)
+            compress_step(rig, running, config, k == 0, monkeypatch)
             for req in running:
                 rig.decode(req, token=90 + step)
         counters.append(dict(persist.COUNTERS))
-    for ra, rb in zip(*reqs):
-        for ha, hb in zip(rigs[0].held(ra), rigs[1].held(rb)):
-            assert np.array_equal(ha, hb), (ra.rid, ha.tolist(), hb.tolist())
-    assert rigs[0].alloc.unit_available_sizes() == rigs[1].alloc.unit_available_sizes()
     assert counters[0] == counters[1] and counters[0]["errors"] == 0 and counters[0]["compressions"] > 0
-    for rig, rs in zip(rigs, reqs):
-        for req in rs:
-            rig.release(req)
-        rig.assert_idle()
+    assert_twins_then_idle(rigs, reqs)

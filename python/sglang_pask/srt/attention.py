@@ -31,17 +31,21 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
-from sglang_pask.srt import window_stats
+from sglang_pask.srt import segment_views, window_stats
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)
 BATCHED_DECODE = os.environ.get("SGLANG_PASK_BATCHED_DECODE", "1") != "0"
 
 
-def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[int] = None,
+               unit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(slots, positions)`` of the tokens a unit holds among ``full_ids`` (logical order).
-    ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``."""
+    ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``. With ``row`` (the
+    request-pool row) the segment positions its view hides (:mod:`.segment_views`) are not held."""
     slots = mapping_u[full_ids.long()]
+    if row is not None:
+        slots = segment_views.hide_(slots, row, unit)
     positions = torch.nonzero(slots > 0, as_tuple=False).flatten()
     return slots[positions], positions
 
@@ -57,13 +61,15 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: t
 
 
 def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
-                      lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                      lens: torch.Tensor, unit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Every request's held slots at once: ``(slots [B, L], counts [B])``, both int64. Row ``i``
     holds :func:`held_slots` of ``req_to_token[rows[i], :lens[i]]`` in its first ``counts[i]``
     entries (logical order) and the padding slot 0 after them; ``L`` is the largest count.
-    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``)."""
+    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``); ``unit``: whose views apply (:mod:`.segment_views`)."""
     width = int(lens.max())
     slots = mapping_u[req_to_token[rows, :width].long()]  # [B, width]
+    if segment_views.VIEWS:
+        segment_views.hide_(slots, rows.tolist(), unit)
     held = (slots > 0) & (torch.arange(width, device=slots.device)[None, :] < lens[:, None])
     counts = held.sum(1)
     length = int(counts.max())
@@ -105,11 +111,11 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         if BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)
-            self.padded = [padded_held_slots(m, req_to_token, idx, lens_t) for m in self.pool.mapping]
+            self.padded = [padded_held_slots(m, req_to_token, idx, lens_t, u) for u, m in enumerate(self.pool.mapping)]
             return
         for u in range(len(self.pool.units)):
             m = self.pool.mapping[u]
-            self.unit_meta.append([held_slots(m, req_to_token[r, :n]) for r, n in zip(rows, lens)])
+            self.unit_meta.append([held_slots(m, req_to_token[r, :n], r, u) for r, n in zip(rows, lens)])
 
     def _attend(self, q, layer, q_lens, q_starts):
         """``q [tokens, heads, d]`` -> ``[tokens, heads, d_v]``; request ``i``'s queries sit at

@@ -20,13 +20,13 @@ Hooks (registered by :mod:`.seam`):
   prompt is clipped instead to what fits after its own compressed prompt (:func:`plan`).
 * ``validate_input_length`` (AFTER, in :mod:`.error_hooks`): a chunked prompt whose peak does
   not fit an empty unit pool is refused with a message naming the numbers.
-* ``PrefillAdder._select_prefill_admission`` (AROUND, through :mod:`.segments`): a chunked prompt
+* ``PrefillAdder._select_prefill_admission`` (AROUND, through :mod:`.prefill_hooks`): a chunked prompt
   is admitted on its chunked peak (not its length), and its extend ends at the next chunk end;
   SGLang tracks one chunked request at a time, so while another is in flight it waits.
 * ``PrefillAdder.add_chunked_req`` (AROUND): the continuation also ends at the next chunk end,
   waits while the pools cannot take it, and what the request still needs is reserved each round
   (so requests admitted after it cannot take the slots its next chunks need).
-* after each chunk is published (``checkpoint_kv_cache``, through :mod:`.segments`):
+* after each chunk is published (``checkpoint_kv_cache``, through :mod:`.prefill_hooks`):
   :func:`compress_chunk` compresses the request at ``seq_len`` = the chunk end when it is one.
 """
 

@@ -56,6 +56,8 @@ from typing import Optional
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
+from sglang_pask.srt import segment_views
+
 _CUDA_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend re-plans its per-unit KV indices on the host "
                    "every forward and cannot run under CUDA graphs; start the server with "
                    "--disable-cuda-graph")
@@ -104,6 +106,7 @@ def build_unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_po
     out = []
     for u in range(num_units):
         slots = mapping[u].index_select(0, full_ids)
+        slots = segment_views.hide_flat_(slots, rows[seg], pos, u)  # the accurate radix mode's views
         held = slots > 0
         counts = torch.zeros(bs, dtype=torch.int64, device=device).index_add_(0, seg, held.to(torch.int64))
         kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=device)

@@ -33,7 +33,7 @@ import torch
 
 from sglang_pask.methods.base import CacheView
 from sglang_pask.methods.padded import PaddedBatch
-from sglang_pask.srt import window_stats
+from sglang_pask.srt import segment_views, window_stats
 from sglang_pask.srt.request_tags import tags_of
 
 logger = logging.getLogger("sglang_pask")
@@ -126,7 +126,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
         if drop.size:
             allocator.drop(u, full_ids[torch.from_numpy(drop)])
             freed += int(drop.size)
-        kept_log[str(u)] = kept.tolist()
+        kept_log[str(u)] = segment_views.visible(req.kv.req_pool_idx, u, kept).tolist()
     COUNTERS["compressions"] += 1
     if step == 0 and not chunk_end:
         COUNTERS["requests_compressed"] += 1
@@ -273,7 +273,8 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
     if config.kept_log:
         for i, req in enumerate(reqs_due):
             _log(config.kept_log, {"rid": req.rid, "step": int(req.decode_batch_idx), "seq_len": int(lens[i]),
-                                   "kept": {str(u): np.flatnonzero(kept[layers[0], i]).tolist()
+                                   "kept": {str(u): segment_views.visible(req.kv.req_pool_idx, u,
+                                                                          np.flatnonzero(kept[layers[0], i])).tolist()
                                             for u, layers in enumerate(units)}})
     return freed
 

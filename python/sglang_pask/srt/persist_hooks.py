@@ -17,7 +17,7 @@ in :mod:`.seam`).
 * ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
   counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
 * ``PrefillAdder._select_prefill_admission`` and ``mem_cache.common.checkpoint_kv_cache``
-  (AROUND): shared segments (:mod:`.segments`).
+  (AROUND): shared segments and chunked prefill (:mod:`.prefill_hooks`).
 """
 
 from __future__ import annotations
@@ -132,9 +132,10 @@ def around_release(original, req, *args, **kwargs):
         alloc = getattr(tree, "token_to_kv_pool_allocator", None)
         if isinstance(alloc, PaskAllocator):
             record_release(req, tree.req_to_token_pool.req_to_token, alloc)
-            from sglang_pask.srt import window_stats
+            from sglang_pask.srt import segment_views, window_stats
 
             window_stats.forget(req.kv.req_pool_idx)
+            segment_views.clear(req.kv.req_pool_idx)
     except Exception as e:  # accounting must never break serving
         logger.warning("sglang_pask: release record failed for %s: %r", getattr(req, "rid", "?"), e)
     return original(req, *args, **kwargs)
@@ -142,7 +143,7 @@ def around_release(original, req, *args, **kwargs):
 
 def pask_state(scheduler) -> dict:
     from sglang_pask import ops
-    from sglang_pask.srt import chunked, persist, request_tags, segments
+    from sglang_pask.srt import chunked, persist, request_tags, segment_views, segments
     from sglang_pask.srt.pools import PaskAllocator
 
     alloc = scheduler.token_to_kv_pool_allocator
@@ -156,7 +157,7 @@ def pask_state(scheduler) -> dict:
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
            "kernels": ops.implementation(),
-           "segments": dict(segments.COUNTERS), "released": list(persist.RELEASED),
+           "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
            "chunked_prefill": {"rule": chunked.rule().record() if chunked.rule() else None, **chunked.COUNTERS}}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()

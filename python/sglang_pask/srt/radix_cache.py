@@ -13,7 +13,11 @@ What the tree holds (invariants):
   tree holds one path of ``S`` tokens; no node boundary falls inside it (all requests agree on
   all ``S`` tokens), except transiently while a segment longer than one prefill chunk is
   inserted;
-* compressed once: the node that completes a segment is stamped (``metadata["pask_segment"] =
+* with ``--pask-segment-prefill full`` (the accurate mode) whole: the node is stamped
+  ``<stamp>/full`` and never cut; a request that matches it reuses it (no recompute), prefills its
+  own tokens against the whole block, and then reads only the block's kept positions
+  (:mod:`.segment_views`);
+* otherwise compressed once: the node that completes a segment is stamped (``metadata["pask_segment"] =
   stamp``) and the request that inserted it drops, right after the insert and before any other
   request can match it, what :func:`sglang_pask.methods.segment.segment_kept` does not keep
   (:mod:`.segments`); a match is valid only at a node with the server's stamp, so no request
@@ -107,11 +111,22 @@ class PaskRadixCache(UnifiedRadixCache):
 
         config = active_config()
         alloc = self.token_to_kv_pool_allocator
-        if config is not None and config.rule.active and isinstance(alloc, PaskAllocator):
+        if config is None or not config.rule.active or not isinstance(alloc, PaskAllocator):
+            return
+        if config.rule.segment_prefill == "full":  # the tree keeps the block whole; the request reads its view
+            from sglang_pask.srt import segment_views
+            from sglang_pask.srt.segments import segment_kept_units, segment_ready
+
             try:
-                ensure_segment(req, self.req_to_token_pool.req_to_token, alloc, config)
-            except Exception as e:  # logged; the node then holds the segment uncompressed
-                logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
+                if segment_ready(req, config, int(getattr(req, "extend_end", 0) or 0)) and not req.finished():
+                    segment_views.set_view(req, segment_kept_units(req, config))
+            except Exception as e:  # logged; the request then reads the whole block
+                logger.exception("sglang_pask: segment view failed for %s: %r", req.rid, e)
+            return
+        try:
+            ensure_segment(req, self.req_to_token_pool.req_to_token, alloc, config)
+        except Exception as e:  # logged; the node then holds the segment uncompressed
+            logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
 
     def full_evictable_size(self) -> int:
         return self._schedulable_evictable()

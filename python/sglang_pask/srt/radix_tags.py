@@ -78,7 +78,7 @@ class PaskFullComponent(FullComponent):
                     cap = 0
             except Exception:
                 cap = 0
-            insert_params.pask_segment = (cap, config.stamp)
+            insert_params.pask_segment = (cap, node_stamp(config))
             out = cap if out is None else min(out, cap)
         try:
             insert_params.pask_classes = tags_of(req).classes(req, int(token_ids_len))
@@ -109,9 +109,7 @@ class PaskFullComponent(FullComponent):
         config = active_config()
         if config is None or not config.rule.active:
             return base
-        if config.rule.segment_prefill == "full":  # every request prefills its whole prompt (.segments)
-            return lambda node: False
-        stamp = config.stamp
+        stamp = node_stamp(config)  # full prefill: only an uncut block (.segment_views) is a hit
         return lambda node: base(node) and node.component_data[self.component_type].metadata.get(SEGMENT_KEY) == stamp
 
     def redistribute_on_node_split(self, new_parent, child):
@@ -122,6 +120,13 @@ class PaskFullComponent(FullComponent):
             left, right = split_runs(runs, len(new_parent.key))
             new_parent.component_data[self.component_type].metadata[KEY] = left
             meta[KEY] = right
+
+
+def node_stamp(config) -> str:
+    """What a segment node is stamped with: the config's :attr:`~.serving.ServingConfig.stamp`;
+    under ``--pask-segment-prefill full`` with ``/full`` after it -- the node holds the whole
+    segment, uncut, which only requests reading it through a view (:mod:`.segment_views`) match."""
+    return config.stamp + ("/full" if config.rule.segment_prefill == "full" else "")
 
 
 def path_classes(node, component_type) -> Optional[np.ndarray]:

@@ -168,9 +168,9 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
          "_add_memory_usage", "after", f"{_SRT}.persist_hooks:after_memory_usage"),
     Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.persist_hooks:around_release"),
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission", "around",
-         f"{_SRT}.segments:around_select_admission"),
-    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.segments:around_checkpoint"),
-    # -- the chunked prefill rule (chunked; admission and checkpoint through segments' hooks) --
+         f"{_SRT}.prefill_hooks:around_select_admission"),
+    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.prefill_hooks:around_checkpoint"),
+    # -- the chunked prefill rule (chunked; admission and checkpoint through prefill_hooks) --
     Hook("sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info", "around",
          f"{_SRT}.chunked:around_worker_info"),
     Hook("sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens", "around",

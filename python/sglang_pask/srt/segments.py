@@ -5,26 +5,27 @@ prefilled, against what the segment kept -- the reference runner's ``segment="sy
 Whether the segment came from the radix tree or was computed by this request, the request's own
 tokens see the same persisted segment slots.
 
-Hooks (registered by :mod:`.persist_hooks`):
+Called from the prefill hooks (:mod:`.prefill_hooks`):
 
-* ``PrefillAdder._select_prefill_admission`` (AROUND): a request whose prefill would cross its
+* SGLang's admission (:func:`segment_admission`): a request whose prefill would cross its
   segment end (a cache miss: the prefix it matched ends before ``S``) is admitted as a chunked
   prefill ending at ``S``; SGLang tracks one chunked request at a time, so while another is in
   flight the request waits for the next round (``AddReqResult.OTHER``).
 * after SGLang publishes a prefill or chunk, :func:`ensure_segment` drops, in every unit, the
   segment positions the rule does not keep: in :meth:`.radix_cache.PaskRadixCache.checkpoint`
   right after the tree's insert (capped at ``S`` by :mod:`.radix_tags`; also the insert of a
-  request that finishes at prefill), and with the radix cache off in the
-  ``mem_cache.common.checkpoint_kv_cache`` hook (AROUND). Idempotent: a segment the tree already
+  request that finishes at prefill), and with the radix cache off after
+  ``mem_cache.common.checkpoint_kv_cache`` (:func:`publish`). Idempotent: a segment the tree already
   holds compressed loses nothing more; deterministic: any request computes the same set.
 
-With ``--pask-segment-prefill full`` the order is the runner's ``segment_prefill="full"``: no
-request matches a tree node (:mod:`.radix_tags`), nothing is chunked at ``S``, and a request
-publishes its segment (the tree's insert) and cuts it (:func:`ensure_segment`) only once its
-whole prompt is prefilled, so its own tokens attended to the whole segment. The insert finds the
-segment already in the tree when another request put it there: SGLang then frees this request's
-copy as a duplicate and points it at the tree's slots, compressed -- the tree shares the
-segment's memory, not its prefill compute.
+With ``--pask-segment-prefill full`` the order is the runner's ``segment_prefill="full"``:
+nothing is chunked at ``S``, and a request's own tokens attend to the whole segment. With the
+radix cache off, a request cuts its segment (:func:`ensure_segment`) once its whole prompt is
+prefilled. With the radix cache on, the tree keeps the segment whole (stamped ``/full``): a
+request that matches it reuses it (no recompute), a miss publishes its own once its whole prompt
+is prefilled (SGLang frees the copy of a request that finds the segment already there and points
+it at the tree's slots), and either then reads only the kept positions through its view
+(:mod:`.segment_views`); nothing is cut.
 """
 
 from __future__ import annotations
@@ -89,48 +90,27 @@ def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
     return freed
 
 
-def around_checkpoint(original, req, tree_cache, *args, **kwargs):
-    result = original(req, tree_cache, *args, **kwargs)
+def publish(req, tree_cache, config) -> None:
+    """After SGLang published a prefill or chunk with the radix cache off: cut the request's
+    segment once it is ready (:func:`ensure_segment`); errors are logged (the segment then stays
+    Full KV for this request; serving goes on)."""
     from sglang_pask.srt.pools import PaskAllocator
-    from sglang_pask.srt.serving import active_config
 
-    config = active_config()
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
-    if getattr(tree_cache, "compresses_segments", False):
-        return result  # the PASK radix cache's checkpoint did it
-    if config is not None and not config.rule.active and isinstance(alloc, PaskAllocator):
-        from sglang_pask.srt import chunked
-
-        try:  # the chunked prefill rule: compressed at each chunk end
-            chunked.compress_chunk(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
-        except Exception as e:  # the chunk then stays whole; serving goes on
-            chunked.COUNTERS["errors"] += 1
-            logger.exception("sglang_pask: chunk compression failed for %s: %r", req.rid, e)
-    if config is not None and config.rule.active and isinstance(alloc, PaskAllocator):
-        try:
-            ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
-        except Exception as e:  # the segment then stays Full KV for this request; serving goes on
-            logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
-    return result
+    if getattr(tree_cache, "compresses_segments", False) or not isinstance(alloc, PaskAllocator):
+        return  # the PASK radix cache's checkpoint did it
+    try:
+        ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
+    except Exception as e:
+        logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
 
 
-def around_select_admission(original, adder, req, **kwargs):
-    from sglang_pask.srt import chunked
-
-    if chunked.applies(req):  # the chunked prefill rule (no shared segment with it)
-        try:
-            return chunked.admission(adder, req, kwargs, original)
-        except Exception as e:  # SGLang's own admission (the request waits until it fits whole)
-            chunked.COUNTERS["errors"] += 1
-            logger.exception("sglang_pask: chunked admission failed for %s: %r", req.rid, e)
-    admission = original(adder, req, **kwargs)
+def segment_admission(admission, adder, req, config, kwargs):
+    """SGLang's admission of ``req`` (``admission``), ended at the segment end when its prefill
+    would cross it (a cache miss), or deferred while another chunked request is in flight."""
     from sglang.srt.managers.schedule_policy import AddReqResult, _PrefillAdmission
 
-    from sglang_pask.srt.serving import active_config
-
-    config = active_config()
-    if config is None or not config.rule.active or config.rule.segment_prefill == "full" \
-            or not isinstance(admission, _PrefillAdmission):
+    if config.rule.segment_prefill == "full" or not isinstance(admission, _PrefillAdmission):
         return admission
     try:
         s = tags_of(req).segment_end

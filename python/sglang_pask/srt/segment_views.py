@@ -1,0 +1,96 @@
+"""Views of a whole shared segment: the accurate radix mode's hits (issue 25).
+
+With ``--pask-segment-prefill full`` and the radix cache on, the tree keeps a segment's (a tools
+block's) full KV once, uncut, stamped ``<stamp>/full`` (:mod:`.radix_tags`), and a request that
+matches it reuses it: a real radix hit, no recompute. The request prefills its own tokens
+against the whole segment -- exactly what the reference runner's ``segment_prefill="full"``
+computes -- and from then on reads, per unit, only the segment positions the rule keeps
+(:func:`sglang_pask.methods.segment.segment_kept`, deterministic per segment) plus its own
+tokens: its **view**. Nothing is freed for it; the shared slots stay whole for the next hit.
+
+:data:`VIEWS` maps a request-pool row to ``(rid, S, masks)``: ``masks[u]`` bool ``[S]``, True
+where unit ``u`` keeps the position. Set once the request's prompt is written and published
+(:func:`set_view`, from :meth:`.radix_cache.PaskRadixCache.checkpoint`), cleared when its KV is
+released. Readers: the attention backends (:func:`hide_`: a hidden position's slot reads as 0,
+not held), and the compression's kept log (:func:`visible`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+#: request-pool row -> (rid, segment end S, per unit bool [S] masks)
+VIEWS: dict[int, tuple[str, int, list[torch.Tensor]]] = {}
+COUNTERS = {"views": 0}
+
+
+def set_view(req, kept_units) -> bool:
+    """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
+    per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`). True if set."""
+    from sglang_pask.srt.request_tags import tags_of
+
+    row = req.kv.req_pool_idx
+    s = int(tags_of(req).segment_end)
+    if row is None or s <= 0 or req.finished() or int(row) in VIEWS:
+        return False
+    masks = []
+    for kept in kept_units:
+        m = torch.zeros(s, dtype=torch.bool)
+        m[torch.from_numpy(np.asarray(kept, dtype=np.int64))] = True
+        masks.append(m)
+    VIEWS[int(row)] = (req.rid, s, masks)
+    COUNTERS["views"] += 1
+    return True
+
+
+def clear(row) -> None:
+    if row is not None:
+        VIEWS.pop(int(row), None)
+
+
+def hide_(slots: torch.Tensor, rows, unit: int) -> torch.Tensor:
+    """Zero, in place, the slots of hidden segment positions: ``slots`` int64 ``[B, W]`` (row
+    ``i`` = request-pool row ``rows[i]``, columns = logical positions from 0) or ``[W]`` with one
+    row. Returns ``slots``."""
+    if not VIEWS:
+        return slots
+    two_d = slots.dim() == 2
+    for i, row in enumerate(rows if two_d else [rows]):
+        view = VIEWS.get(int(row))
+        if view is None:
+            continue
+        _, s, masks = view
+        n = min(s, slots.shape[-1])
+        target = slots[i] if two_d else slots
+        target[:n].masked_fill_(~masks[unit][:n].to(target.device), 0)
+    return slots
+
+
+def visible(row, unit: int, positions: np.ndarray) -> np.ndarray:
+    """``positions`` (int64, sorted) less the hidden segment positions of ``row`` in ``unit``."""
+    view: Optional[tuple] = VIEWS.get(int(row)) if row is not None else None
+    if view is None:
+        return positions
+    _, s, masks = view
+    m = masks[unit].cpu().numpy()
+    inside = positions < s
+    keep = np.ones(positions.size, dtype=bool)
+    keep[inside] = m[positions[inside]]
+    return positions[keep]
+
+
+def hide_flat_(slots: torch.Tensor, token_rows: torch.Tensor, pos: torch.Tensor, unit: int) -> torch.Tensor:
+    """:func:`hide_` over one flat token stream (FlashInfer's index build): ``slots``,
+    ``token_rows`` (each token's request-pool row) and ``pos`` (its logical position), all
+    ``[T]``. Returns ``slots``."""
+    if not VIEWS:
+        return slots
+    for row, (_, s, masks) in VIEWS.items():
+        sel = (token_rows == row) & (pos < s)
+        if bool(sel.any()):
+            m = masks[unit].to(slots.device)
+            slots[sel] = torch.where(m[pos[sel]], slots[sel], torch.zeros_like(slots[sel]))
+    return slots
