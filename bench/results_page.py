@@ -85,6 +85,9 @@ ORDER: dict[str, str] = {
     "kept (segment policy).",
     "pask-tiny-fc-server-shared-prefix-full-prefill": "Shared-prefix serving, own tokens kept and "
     "prefilled against the whole tools block (the accurate radix mode).",
+    "pask-tiny-fc-server-many-blocks": "Many distinct tools blocks (Zipf-like popularity) against a KV memory "
+    "for about 12 of them: Full KV's LRU vs PASK's accurate radix mode with tiers (whole while hot, "
+    "demoted when cold).",
     "pask-tiny-fc-chunked-prefill-calib": "Prompts longer than a unit pool holds whole, prefilled in chunks "
     "and compressed at each chunk end: the accuracy cost on the calib split, by unit-pool size.",
     "pask-tiny-fc-pyramidkv-allocations": "Why PyramidKV scores below SnapKV here: per-layer budgets "

@@ -56,6 +56,8 @@ from sglang_pask.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 DECODE_RE = re.compile(r"Decode batch[^,]*, #running-req: (\d+)")
+#: SGLang's prefill log line: tokens computed and tokens read from the radix cache
+PREFILL_RE = re.compile(r"Prefill batch, #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+)")
 #: both servers of a pair: what a policy makes the plugin set, so Full runs the same scheduler
 MATCHED = ["--disable-radix-cache", "--disable-overlap-schedule", "--decode-log-interval", "1",
            "--sleep-on-idle", "--log-level", "info"]
@@ -147,6 +149,8 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
         pask = (server_info(srv)["internal_states"][0].get("pask") or {})
         log = srv.log()
     running = [int(x) for x in DECODE_RE.findall(log)]
+    prefills = [(int(a), int(b)) for a, b in PREFILL_RE.findall(log)]
+    new_tokens, cached = sum(a for a, _ in prefills), sum(b for _, b in prefills)
     res.update(name=name, flags=flags, wall_s=round(time.monotonic() - t0, 1),
                max_total_num_tokens=info.get("max_total_num_tokens"),
                max_running_req=max(running, default=0),
@@ -154,7 +158,9 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
                pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"),
                operating_point=pask.get("operating_point"), compression=pask.get("compression"),
                compression_time=pask.get("compression_time"),
-               tree=pask.get("tree"), segments=pask.get("segments"))
+               tree=pask.get("tree"), segments=pask.get("segments"),
+               prefill_tokens=new_tokens, cached_tokens=cached,
+               cache_hit_rate=round(cached / (new_tokens + cached), 4) if new_tokens + cached else None)
     print(f"[{name}] max #running-req {res['max_running_req']}, output throughput "
           f"{res['output_throughput']:.1f} tok/s, median TPOT {res['median_tpot_ms']:.1f} ms", flush=True)
     return res

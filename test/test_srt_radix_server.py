@@ -305,15 +305,19 @@ def test_own_budget_matches_the_runner(servers):
     print(f"own budget {OWN_BUDGET}: {compared} compressions compared, all equal")
 
 
-def test_accounting_after_hits_evictions_and_aborts():
+@pytest.mark.parametrize("mode", ["compressed", "accurate"])
+def test_accounting_after_hits_evictions_and_aborts(mode):
     """A KV memory of 1536 full ids (507 slots per unit at 0.33) against 15 distinct tools blocks,
     each asked twice, and 6 streams closed after their first chunk, all at once: the tree must
-    evict; afterwards every full id and unit slot is free or in the tree."""
+    evict (the compressed mode) or demote cold whole blocks first (the accurate mode:
+    ``--pask-own-budget 1 --pask-segment-prefill full``); afterwards every full id and unit slot
+    is free or in the tree."""
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.tiny.examples import request_body
 
+    accurate = ["--pask-own-budget", "1", "--pask-segment-prefill", "full"] if mode == "accurate" else []
     args = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--pask-budget", str(BUDGET),
-            "--max-total-tokens", "1536",
+            "--max-total-tokens", "1536", *accurate,
             "--skip-server-warmup", *SLEEP]
     bodies = [request_body(e)[0] for e in generate("calib", 30, profile="tiny", group=2)]
     with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
@@ -346,8 +350,12 @@ def test_accounting_after_hits_evictions_and_aborts():
         print(f"after {len(jobs)} requests on 15 tools blocks: tree {state['tree']}, pools unit_available "
               f"{state['pools']['unit_available']} of {state['pools']['unit_size']}, segments {seg}")
         assert _balanced(state), state
-        # evictions happened: more segments were computed than the tree holds, and some twice
-        assert state["tree"]["nodes"] < 15 and seg["segments_compressed"] > state["tree"]["nodes"], state
+        if mode == "compressed":  # evictions happened: more segments computed than the tree holds, some twice
+            assert state["tree"]["nodes"] < 15 and seg["segments_compressed"] > state["tree"]["nodes"], state
+        else:  # cold whole blocks were demoted before LRU evicted any
+            tiers = state["tree"]["tiers"]
+            assert state["tree"]["demoted"] > 0 and seg["views"] > 0, state["tree"]
+            assert tiers["whole"]["blocks"] + tiers["compressed"]["blocks"] == state["tree"]["nodes"], tiers
         assert state["compression"]["errors"] == 0
         log = srv.log()
         for text in LEAK_TEXTS:

@@ -66,10 +66,14 @@ def _kept(config) -> list[np.ndarray]:
     return [kept[layers[0]] for layers in config.units]
 
 
-def _balanced(rig: Rig) -> bool:
+def _balanced(rig: Rig, held: tuple = ()) -> bool:
+    """Every full id and unit slot is free or in the tree, but the own tokens of the ``held``
+    requests (nothing dropped of them; their tree prefix locked)."""
     s, t = rig.alloc.stats(), rig.tree.stats()
-    return (s["full_available"] + t["tokens"] == s["full_size"] and t["protected_tokens"] == 0
-            and all(a + n == s["unit_size"] for a, n in zip(s["unit_available"], t["unit_slots"]))
+    own = sum(int(r.kv.kv_committed_len) - int(r.kv.cache_protected_len) for r in held)
+    return (s["full_available"] + t["tokens"] + own == s["full_size"]
+            and (t["protected_tokens"] == 0) == (not held)
+            and all(a + n + own == s["unit_size"] for a, n in zip(s["unit_available"], t["unit_slots"]))
             and rig.free_lists_unique())
 
 
@@ -228,3 +232,58 @@ def test_validator_refuses_other_stamps(use_config, monkeypatch):
     assert len({config.stamp, *(o.stamp for o in others)}) == 4
     assert valid(node(config.stamp))
     assert not valid(node(None)) and not any(valid(node(o.stamp)) for o in others)
+
+
+def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
+    """The accurate mode under memory pressure (SGLang's allocation path: ``evict_for_alloc``):
+    the least recently used cold whole block is demoted first -- it keeps exactly the rule's
+    positions, is stamped compressed and stays in the tree -- and only as far as needed; a block a
+    request holds is never demoted; a later request hits the demoted block; LRU evicts only what
+    demotion cannot free; the pools balance after every step and are idle at the end."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+    from sglang_pask.srt import radix_cache
+
+    config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=1.0,
+                                       segment_prefill="full"))
+    rig = Rig(config, full_size=160, unit_size=112, radix=True)
+    kept = _kept(config)
+    radix_cache.COUNTERS.update(demoted=0, demoted_slots=0)
+
+    def block(i: int, seed: int = 0):
+        seg = [10_000 * (i + 1) + j for j in range(S)]
+        own = [int(x) for x in np.random.default_rng(seed).integers(1000, 2000, OWN)]
+        req = rig.request(seg + own, SEG_CLASSES + prompt_classes(OWN, seed=seed), segment_end=S, rid=f"b{i}.{seed}")
+        req.extra_key = f"block-{i}"
+        return req
+
+    reqs = [block(i) for i in range(3)]
+    for req in reqs:
+        rig.prefill(req)
+    rig.release(reqs[0])
+    rig.release(reqs[1])  # blocks 0 (least recently used) and 1 are cold; block 2 is held
+    assert rig.tree.stats()["tiers"]["whole"]["blocks"] == 3 and _balanced(rig, [reqs[2]])
+
+    need = rig.alloc.available_size() + 4
+    rig.tree.evict_for_alloc(EvictParams(num_tokens=4))
+    assert rig.alloc.available_size() >= need
+    stats = rig.tree.stats()
+    assert stats["nodes"] == 3 and stats["demoted"] == 1  # demoted, not evicted; block 1 untouched
+    assert stats["tiers"] == {"whole": {"blocks": 2, "kv_bytes": stats["tiers"]["whole"]["kv_bytes"]},
+                              "compressed": {"blocks": 1, "kv_bytes": stats["tiers"]["compressed"]["kv_bytes"]}}
+    assert stats["unit_slots"] == [2 * S + len(k) for k in kept]  # block 0 holds the rule's positions only
+    assert _balanced(rig, [reqs[2]]), (rig.alloc.stats(), stats)
+    hit = block(0, seed=7)  # a later request on the demoted block: a hit, prefilled against it
+    rig.prefill(hit)
+    assert rig.matched[hit.rid] == S
+    assert [h[h < S].tolist() for h in rig.held(hit)] == [k.tolist() for k in kept]
+    rig.release(hit)
+    assert _balanced(rig, [reqs[2]])
+    rig.tree.evict_for_alloc(EvictParams(num_tokens=rig.alloc.size))  # more than demotion can free
+    stats = rig.tree.stats()
+    assert stats["demoted"] == 2 and stats["nodes"] == 1  # block 1 demoted too; both cold blocks evicted
+    # block 2: held, whole
+    assert stats["tiers"]["whole"]["blocks"] == 1 and stats["unit_slots"] == [S] * len(config.units)
+    rig.release(reqs[2])
+    rig.tree.evict_for_alloc(EvictParams(num_tokens=rig.alloc.size))
+    assert rig.tree.stats()["demoted"] == 3
+    rig.assert_idle()

@@ -29,17 +29,23 @@ What the tree holds (invariants):
   (SGLang's idle check).
 
 Eviction is SGLang's (LRU over leaves): a leaf is a whole segment, so there is nothing finer for
-structure to rank.
+structure to rank. In the accurate mode a cold whole segment is demoted first
+(:meth:`PaskRadixCache.demote`, from :meth:`PaskRadixCache.evict_for_alloc`); ``stats()`` reports
+the tiers (whole, compressed) and the demotions.
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 logger = logging.getLogger("sglang_pask")
+
+#: whole blocks demoted to their compressed form (:meth:`PaskRadixCache.demote`) and the unit slots it freed
+COUNTERS = {"demoted": 0, "demoted_slots": 0}
 
 
 def _nodes(root):
@@ -83,7 +89,8 @@ class PaskRadixCache(UnifiedRadixCache):
                 "evictable_tokens": int(self.tree_core.evictable_size()),
                 "protected_tokens": int(self.tree_core.protected_size()),
                 "evictable_schedulable": int(self.evictable_size()),
-                "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1}
+                "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1,
+                "tiers": self.tiers(), **COUNTERS}
 
     def _schedulable_evictable(self) -> int:
         from sglang_pask.srt.pools import PaskAllocator
@@ -131,6 +138,91 @@ class PaskRadixCache(UnifiedRadixCache):
     def full_evictable_size(self) -> int:
         return self._schedulable_evictable()
 
+    # -- demotion before eviction (the accurate mode) ------------------------------------------
+    def evict_for_alloc(self, params, **kwargs):
+        """SGLang's eviction for an allocation, after demotion: while the allocator is short of
+        ``params.num_tokens`` more, cold whole blocks are demoted first (:meth:`demote`); LRU
+        then evicts leaves, demoted ones included, only for what is still missing."""
+        from sglang.srt.mem_cache.base_prefix_cache import EvictResult
+
+        need = int(getattr(params, "num_tokens", 0) or 0)
+        if need > 0 and kwargs.get("allocation_reclaim_satisfied") is None:
+            alloc = self.token_to_kv_pool_allocator
+            target = alloc.available_size() + need
+            self.demote(target)
+            short = target - alloc.available_size()
+            if short <= 0:
+                return EvictResult()
+            params.num_tokens = short
+        return super().evict_for_alloc(params, **kwargs)
+
+    def demote(self, target: int) -> int:
+        """Until the allocator can place ``target`` tokens: the least recently used cold whole
+        block (stamped ``/full``, no request holding it) keeps only the positions the rule keeps
+        -- its other slots are freed in every unit -- and is stamped compressed. It stays in the
+        tree; a later hit prefills its own tokens against it (the ``compressed`` mode). Blocks in
+        use are never demoted. Returns the unit slots freed."""
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        from sglang_pask.methods.segment import segment_kept
+        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.radix_tags import SEGMENT_KEY, node_stamp, path_classes
+        from sglang_pask.srt.serving import active_config
+
+        config = active_config()
+        alloc = self.token_to_kv_pool_allocator
+        if config is None or config.rule.segment_prefill != "full" or not isinstance(alloc, PaskAllocator):
+            return 0
+        whole, root = node_stamp(config), self.tree_core.root_node
+
+        def data(node):
+            return node.component_data[ComponentType.FULL]
+
+        cold = sorted((n for n in _nodes(root) if n.parent is root and data(n).lock_ref == 0
+                       and data(n).metadata.get(SEGMENT_KEY) == whole), key=lambda n: n.last_access_time)
+        freed = 0
+        for node in cold:
+            if alloc.available_size() >= target:
+                break
+            classes = path_classes(node, ComponentType.FULL)
+            if classes is None or len(classes) != len(data(node).value):
+                continue  # untagged: it stays whole until LRU evicts it
+            kept = segment_kept(config.method, config.num_layers, config.groups, classes,
+                                segment_budget=config.rule.segment_budget)
+            ids = data(node).value
+            for u, layers in enumerate(config.units):
+                drop = np.setdiff1d(np.arange(len(classes), dtype=np.int64), kept[layers[0]])
+                if drop.size:
+                    freed += alloc.drop(u, ids[torch.from_numpy(drop)])
+            data(node).metadata[SEGMENT_KEY] = config.stamp
+            COUNTERS["demoted"] += 1
+        COUNTERS["demoted_slots"] += freed
+        return freed
+
+    def tiers(self) -> dict:
+        """Blocks and KV bytes per tier: ``whole`` (hot, full KV), ``compressed`` (demoted, or
+        cut at insert in the compressed mode)."""
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.radix_tags import SEGMENT_KEY
+
+        alloc = self.token_to_kv_pool_allocator
+        out = {"whole": {"blocks": 0, "kv_bytes": 0}, "compressed": {"blocks": 0, "kv_bytes": 0}}
+        if not isinstance(alloc, PaskAllocator):
+            return out
+        root = self.tree_core.root_node
+        for node in _nodes(root):
+            stamp = node.component_data[ComponentType.FULL].metadata.get(SEGMENT_KEY) if node is not root else None
+            if stamp is None:
+                continue
+            ids = node.component_data[ComponentType.FULL].value.long()
+            slots = (alloc.pool.mapping[:, ids] > 0).sum(dim=1).tolist()
+            tier = out["whole" if stamp.endswith("/full") else "compressed"]
+            tier["blocks"] += 1
+            tier["kv_bytes"] += int(alloc.pool.kv_bytes(slots))
+        return out
+
 
 def pask_radix_cache_factory(ctx):
     """``--radix-cache-backend pask``: the unified radix cache with the PASK FULL component."""
@@ -146,5 +238,12 @@ def pask_radix_cache_factory(ctx):
                                           ComponentType.FULL: PaskFullComponent}
     params.tree_core_backend = "python"  # what any component override gets; said explicitly
     cache = create_unified_radix_cache(ctx, cache_class=PaskRadixCache)
-    logger.info("sglang_pask: radix cache: PASK (caches each request's shared segment, compressed once)")
+    from sglang_pask.srt.serving import active_config
+
+    config = active_config()
+    if config is not None and config.rule.segment_prefill == "full":
+        logger.info("sglang_pask: radix cache: PASK, tiers (each shared segment whole while hot, read through "
+                    "views; a cold one demoted to its compressed form before LRU evicts it)")
+    else:
+        logger.info("sglang_pask: radix cache: PASK (caches each request's shared segment, compressed once)")
     return cache

@@ -109,8 +109,10 @@ class PaskFullComponent(FullComponent):
         config = active_config()
         if config is None or not config.rule.active:
             return base
-        stamp = node_stamp(config)  # full prefill: only an uncut block (.segment_views) is a hit
-        return lambda node: base(node) and node.component_data[self.component_type].metadata.get(SEGMENT_KEY) == stamp
+        # full prefill: a whole block (read through views, .segment_views) or one demoted to its
+        # compressed form (.radix_cache.PaskRadixCache.demote: prefilled against, as compressed)
+        stamps = {node_stamp(config), config.stamp}
+        return lambda node: base(node) and node.component_data[self.component_type].metadata.get(SEGMENT_KEY) in stamps
 
     def redistribute_on_node_split(self, new_parent, child):
         super().redistribute_on_node_split(new_parent, child)

@@ -1,0 +1,178 @@
+"""Many tools blocks (many agents, many tenants) that do not all fit in KV memory: Full KV's radix
+cache (LRU) against PASK's accurate radix mode with tiers (a hot block whole, a cold block demoted
+to its compressed form before LRU evicts it), at the same KV bytes, side by side in one run (issue 25).
+
+For each K of ``--blocks``: K distinct tools blocks (the union of the tools of consecutive
+train-split tiny entries until the system message is at least ``--segment-tokens`` tokens; the
+blocks are built once, the first K used), ``--requests`` chat requests whose block is drawn with
+Zipf-like popularity (``p(k) ~ 1 / (k + 1) ** --zipf``), each asking one of that block's entries'
+queries (numbered, so no two prompts are equal), sent through SGLang's ``bench_serving``
+(``sglang-oai-chat``) ``--concurrency`` at a time, ``--output-len`` tokens each (``ignore_eos``).
+
+* Full: stock SGLang, radix cache on, ``--max-total-tokens --full-tokens``.
+* PASK: ``--policy`` (the segment policy) with ``--pask-segment system --pask-own-budget 1
+  --pask-segment-prefill full`` (the accurate mode: kept positions and tokens equal the reference
+  runner's), the radix cache on, at the same KV bytes (``server_capacity.pask_tokens_for``).
+
+Per K and server: requests/s, output tok/s, median TTFT and TPOT, the radix hit rate (cached /
+(cached + computed) prompt tokens, from SGLang's prefill log lines) and, for PASK, the tree's
+demotions and tiers at the end. Ratios PASK / Full per K; ``plot.png``: requests/s and hit rate
+against K.
+
+    .venv/bin/python bench/server_many_blocks.py --out bench/results/pask-tiny-fc-server-many-blocks
+
+Writes ``report.md``, ``results.json``, ``meta.json`` and ``plot.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_capacity import pask_tokens_for, ratios, run_meta, serve_and_bench, write_outputs  # noqa: E402
+from server_shared_prefix import MATCHED, write_dataset  # noqa: E402
+
+
+def build_blocks(tokenizer, k: int, segment_tokens: int) -> list[tuple[list, list]]:
+    """``k`` tools blocks: (tools, the request bodies of the entries whose tools it unites)."""
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.rendering import render_chat
+    from sglang_pask.tiny.examples import request_body
+
+    entries = iter(e for e in generate("train", 8000, profile="tiny") if len(e.ground_truth) == 1)
+    blocks = []
+    for _ in range(k):
+        tools, names, used = [], set(), []
+        while True:
+            body = request_body(next(entries))[0]
+            new = [t for t in body["tools"] if t["function"]["name"] not in names]
+            tools += new
+            names |= {t["function"]["name"] for t in new}
+            used.append(body)
+            r = render_chat(tokenizer, {"messages": body["messages"], "tools": tools, "tool_choice": "auto"})
+            if r.segment_end >= segment_tokens:
+                break
+        blocks.append((tools, used))
+    return blocks
+
+
+def zipf_requests(tokenizer, blocks, n: int, s: float, seed: int) -> list[dict]:
+    """``n`` requests over ``blocks`` with Zipf-like popularity (see the module docstring)."""
+    from sglang_pask.rendering import render_chat
+
+    rng = random.Random(seed)
+    weights = [1.0 / (k + 1) ** s for k in range(len(blocks))]
+    out = []
+    for i in range(n):
+        b = rng.choices(range(len(blocks)), weights)[0]
+        tools, used = blocks[b]
+        messages = [dict(m) for m in used[i % len(used)]["messages"]]
+        messages[-1]["content"] = f"{messages[-1]['content']} (request {i})"
+        req = {"messages": messages, "tools": tools, "tool_choice": "auto"}
+        r = render_chat(tokenizer, req)
+        out.append({**req, "prompt_tokens": len(r.token_ids), "segment_tokens": r.segment_end, "block": b})
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = [r["blocks"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, label in (("full", "Full KV (LRU)"), ("pask", "PASK accurate mode (tiers)")):
+        a.plot(ks, [r[name]["request_throughput"] for r in rows], marker="o", label=label)
+        b.plot(ks, [100 * (r[name]["cache_hit_rate"] or 0) for r in rows], marker="o", label=label)
+    a.set(xlabel="distinct tools blocks K", ylabel="requests/s", xticks=ks)
+    b.set(xlabel="distinct tools blocks K", ylabel="radix hit rate (% of prompt tokens)", xticks=ks)
+    a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="models/pask-tiny-fc")
+    p.add_argument("--policy", default="policies/pask-tiny-fc.segment.json")
+    p.add_argument("--budget", type=float, default=0.33)
+    p.add_argument("--full-tokens", type=int, default=6144, help="Full KV tokens (about 12 blocks of ~500)")
+    p.add_argument("--blocks", default="4,8,16,32")
+    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--zipf", type=float, default=1.0)
+    p.add_argument("--segment-tokens", type=int, default=400)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    from transformers import AutoTokenizer
+
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(a.model)
+    ks = [int(x) for x in a.blocks.split(",")]
+    blocks = build_blocks(tok, max(ks), a.segment_tokens)
+    n_pask = pask_tokens_for(a.full_tokens, a.budget)
+    accurate = ["--pask-segment", "system", "--pask-own-budget", "1", "--pask-segment-prefill", "full"]
+    servers = {"full": [*MATCHED, "--max-total-tokens", str(a.full_tokens)],
+               "pask": [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", a.policy,
+                        "--pask-budget", str(a.budget), *accurate]}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pask-blocks-") as d:
+        work = Path(d)
+        for k in ks:
+            reqs = zipf_requests(tok, blocks[:k], a.requests, a.zipf, a.seed)
+            data = write_dataset(work / f"data-{k}.jsonl", reqs, a.output_len)
+            block_tokens = sorted({r["segment_tokens"] for r in reqs})
+            print(f"[many-blocks] K={k}: {json.dumps(data)[:300]}", flush=True)
+            row = {"blocks": k, "dataset": data, "block_tokens_total": sum(
+                next(r["segment_tokens"] for r in reqs if r["block"] == b) for b in {r["block"] for r in reqs}),
+                "blocks_asked": len({r["block"] for r in reqs}), "block_tokens": block_tokens}
+            for name, flags in servers.items():
+                row[name] = serve_and_bench(f"{name}-K{k}", a.model, flags, work / f"data-{k}.jsonl",
+                                            a.requests, a.concurrency, work)
+            row["ratio"] = ratios(row["pask"], row["full"], ("request_throughput", "output_throughput",
+                                                             "median_ttft_ms", "median_tpot_ms"))
+            rows.append(row)
+    meta = run_meta(t0)
+    pools = rows[0]["pask"]["pools"]
+    layers = sum(len(u) for u in pools["units"])
+    kv = {"full": a.full_tokens * layers * pools["bytes_per_token_layer"], "pask": pools["kv_bytes_capacity"]}
+    lines = [f"# Many tools blocks: Full KV (LRU) vs PASK's accurate radix mode (tiers) ({meta['date']})", "",
+             f"`{meta['command']}` (code {meta['code']}, {meta['machine']}, {meta['wall_s']} s)", "",
+             f"{a.requests} requests per K, block drawn with Zipf-like popularity (s = {a.zipf:g}), "
+             f"{a.concurrency} at a time, {a.output_len} output tokens each (ignore_eos). Same KV bytes: Full "
+             f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, {pools['unit_size']} "
+             f"slots per unit). PASK: `{a.policy}` at b = {a.budget:g}, `{' '.join(accurate)}`. Hit rate: cached / "
+             "(cached + computed) prompt tokens (SGLang's prefill log).", "",
+             "| K | blocks asked (tokens) | Full req/s | PASK req/s | ratio | Full hit rate | PASK hit rate | "
+             "median TTFT ms Full / PASK | median TPOT ms Full / PASK | PASK demotions | PASK tiers at the end |",
+             "|---:|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
+    for r in rows:
+        f, q = r["full"], r["pask"]
+        tiers = (q.get("tree") or {}).get("tiers") or {}
+        lines.append(
+            f"| {r['blocks']} | {r['blocks_asked']} ({r['block_tokens_total']}) | {f['request_throughput']:.2f} | "
+            f"{q['request_throughput']:.2f} | {r['ratio']['request_throughput']}x | "
+            f"{100 * (f['cache_hit_rate'] or 0):.1f}% | {100 * (q['cache_hit_rate'] or 0):.1f}% | "
+            f"{f['median_ttft_ms']:.0f} / {q['median_ttft_ms']:.0f} | "
+            f"{f['median_tpot_ms']:.1f} / {q['median_tpot_ms']:.1f} | "
+            f"{(q.get('tree') or {}).get('demoted', 0)} | "
+            + ", ".join(f"{t} {v['blocks']} ({v['kv_bytes']} B)" for t, v in tiers.items()) + " |")
+    lines += ["", "One run per server and K (a run on this shared 2-core machine varies by up to 40%).", ""]
+    out = write_outputs(a.out, {"rows": rows, "kv_bytes": kv, "pask_max_total_tokens": n_pask, "zipf": a.zipf,
+                                "requests": a.requests, "concurrency": a.concurrency}, meta, "\n".join(lines))
+    plot(rows, out / "plot.png")
+    print(f"wrote {a.out}/: report.md, results.json, meta.json, plot.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
