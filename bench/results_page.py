@@ -88,6 +88,8 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-many-blocks": "Many distinct tools blocks (Zipf-like popularity) against a KV memory "
     "for about 12 of them: Full KV's LRU vs PASK's accurate radix mode with tiers (whole while hot, "
     "demoted when cold).",
+    "pask-tiny-fc-many-blocks-accuracy-n200": "Accuracy of many-blocks traffic under memory pressure (the "
+    "grouped eval, shuffled): Full KV's LRU vs PASK's tiers, with the requests that hit a demoted block.",
     "pask-tiny-fc-chunked-prefill-calib": "Prompts longer than a unit pool holds whole, prefilled in chunks "
     "and compressed at each chunk end: the accuracy cost on the calib split, by unit-pool size.",
     "pask-tiny-fc-pyramidkv-allocations": "Why PyramidKV scores below SnapKV here: per-layer budgets "

@@ -241,7 +241,7 @@ def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
     request holds is never demoted; a later request hits the demoted block; LRU evicts only what
     demotion cannot free; the pools balance after every step and are idle at the end."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-    from sglang_pask.srt import radix_cache
+    from sglang_pask.srt import radix_cache, segment_views
 
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=1.0,
                                        segment_prefill="full"))
@@ -276,6 +276,7 @@ def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
     rig.prefill(hit)
     assert rig.matched[hit.rid] == S
     assert [h[h < S].tolist() for h in rig.held(hit)] == [k.tolist() for k in kept]
+    assert segment_views.COUNTERS["views_on_demoted"] == 1
     rig.release(hit)
     assert _balanced(rig, [reqs[2]])
     rig.tree.evict_for_alloc(EvictParams(num_tokens=rig.alloc.size))  # more than demotion can free

@@ -43,7 +43,7 @@ logger = logging.getLogger("sglang_pask")
 
 COUNTERS = {"chunked_requests": 0, "chunk_compressions": 0, "chunk_slots_dropped": 0, "chunks_deferred": 0,
             "chunks_parked": 0, "errors": 0}
-#: this process's rule and the unit pool's slots, set by :func:`after_configure` (None: off)
+#: this process's rule and the unit pool's slots, set by :func:`configure` (from :func:`.error_hooks.after_configure`)
 _STATE: dict = {"rule": None, "capacity": 0}
 
 

@@ -122,11 +122,15 @@ class PaskRadixCache(UnifiedRadixCache):
             return
         if config.rule.segment_prefill == "full":  # the tree keeps the block whole; the request reads its view
             from sglang_pask.srt import segment_views
+            from sglang_pask.srt.request_tags import tags_of
             from sglang_pask.srt.segments import segment_kept_units, segment_ready
 
             try:
                 if segment_ready(req, config, int(getattr(req, "extend_end", 0) or 0)) and not req.finished():
-                    segment_views.set_view(req, segment_kept_units(req, config))
+                    s = int(tags_of(req).segment_end)
+                    ids = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :s].long()
+                    demoted = not bool((alloc.pool.mapping[:, ids] > 0).all())  # a hit on a demoted block
+                    segment_views.set_view(req, segment_kept_units(req, config), demoted=demoted)
             except Exception as e:  # logged; the request then reads the whole block
                 logger.exception("sglang_pask: segment view failed for %s: %r", req.rid, e)
             return

@@ -24,12 +24,14 @@ import torch
 
 #: request-pool row -> (rid, segment end S, per unit bool [S] masks)
 VIEWS: dict[int, tuple[str, int, list[torch.Tensor]]] = {}
-COUNTERS = {"views": 0}
+#: views set, and of them those on a block already demoted (its own tokens prefilled against it compressed)
+COUNTERS = {"views": 0, "views_on_demoted": 0}
 
 
-def set_view(req, kept_units) -> bool:
+def set_view(req, kept_units, demoted: bool = False) -> bool:
     """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
-    per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`). True if set."""
+    per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`);
+    ``demoted``: the block it read was already demoted (counted). True if set."""
     from sglang_pask.srt.request_tags import tags_of
 
     row = req.kv.req_pool_idx
@@ -43,6 +45,7 @@ def set_view(req, kept_units) -> bool:
         masks.append(m)
     VIEWS[int(row)] = (req.rid, s, masks)
     COUNTERS["views"] += 1
+    COUNTERS["views_on_demoted"] += int(demoted)
     return True
 
 
