@@ -22,6 +22,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -30,13 +31,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_capacity import PREFILL_RE, pask_tokens_for, run_meta, write_outputs  # noqa: E402
 
+SETTINGS = {"max_tokens": 128, "tool_choice": "required"}
+
+
+def demoted_entries(model: str, entries, tag_dir: Path, rids: list[str]) -> set[int]:
+    """Indices of ``entries`` whose request read a demoted block: the server's ``demoted_rids``
+    matched through its tag log (prompt token ids) to each entry's rendered prompt."""
+    from sglang_pask.eval.harness import Settings, build_request
+    from sglang_pask.eval.hf_backend import runner_body
+    from sglang_pask.rendering import render_chat
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    index = {tuple(render_chat(tok, runner_body(build_request(e, Settings(**SETTINGS))[0])).token_ids): i
+             for i, e in enumerate(entries)}
+    prompts = {}
+    for path in tag_dir.glob("prompt-*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            prompts[rec["rid"]] = tuple(rec["token_ids"])
+    return {index[prompts[r]] for r in rids if r in prompts and prompts[r] in index}
+
 
 def run(model: str, flags: list[str], entries, workers: int) -> dict:
     from sglang_pask.eval.harness import Settings, score_entry
     from sglang_pask.eval.openai_backend import OpenAIBackend
     from sglang_pask.testing import running_server
 
-    settings = Settings(max_tokens=128, tool_choice="required")
+    settings = Settings(**SETTINGS)
     with running_server(model, [*flags, "--skip-server-warmup", "--sleep-on-idle"]) as srv:
         backend = OpenAIBackend(srv.base_url)
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -49,7 +71,7 @@ def run(model: str, flags: list[str], entries, workers: int) -> dict:
     return {"valid": [bool(r["valid"]) for r in recs], "ids": [r["id"] for r in recs],
             "accuracy": round(100 * sum(r["valid"] for r in recs) / len(recs), 2),
             "cache_hit_rate": round(cached / (new + cached), 4) if new + cached else None,
-            "tree": pask.get("tree"), "segments": pask.get("segments")}
+            "tree": pask.get("tree"), "segments": pask.get("segments"), "demoted_rids": pask.get("demoted_rids", [])}
 
 
 def main(argv=None) -> int:
@@ -70,10 +92,15 @@ def main(argv=None) -> int:
     random.Random(a.seed).shuffle(entries)
     n_pask = pask_tokens_for(a.full_tokens, a.budget)
     accurate = ["--pask-segment", "system", "--pask-own-budget", "1", "--pask-segment-prefill", "full"]
-    res = {"full": run(a.model, ["--max-total-tokens", str(a.full_tokens)], entries, a.workers),
-           "pask": run(a.model, ["--max-total-tokens", str(n_pask), "--pask-policy", a.policy,
-                                 "--pask-budget", str(a.budget), *accurate], entries, a.workers)}
+    with tempfile.TemporaryDirectory(prefix="pask-tags-") as tags:
+        res = {"full": run(a.model, ["--max-total-tokens", str(a.full_tokens)], entries, a.workers),
+               "pask": run(a.model, ["--max-total-tokens", str(n_pask), "--pask-policy", a.policy,
+                                     "--pask-budget", str(a.budget), "--pask-tag-log", tags, *accurate],
+                           entries, a.workers)}
+        demoted = sorted(demoted_entries(a.model, entries, Path(tags), res["pask"]["demoted_rids"]))
     f, q = res["full"], res["pask"]
+    on = {k: round(100 * sum(res[k]["valid"][i] for i in demoted) / len(demoted), 1) if demoted else None
+          for k in ("full", "pask")}
     both = sum(x and y for x, y in zip(f["valid"], q["valid"]))
     seg = q["segments"] or {}
     demoted_share = seg.get("views_on_demoted", 0) / max(seg.get("views", 0), 1)
@@ -90,9 +117,11 @@ def main(argv=None) -> int:
              f"{(q['tree'] or {}).get('demoted', 0)} | {seg.get('views_on_demoted', 0)} of {seg.get('views', 0)} "
              f"({100 * demoted_share:.1f}%) |", "",
              f"Both right: {both}; only Full KV right: {sum(x and not y for x, y in zip(f['valid'], q['valid']))}; "
-             f"only PASK right: {sum(y and not x for x, y in zip(f['valid'], q['valid']))}.", ""]
-    write_outputs(a.out, {"full": f, "pask": q, "pask_max_total_tokens": n_pask, "demoted_share": demoted_share},
-                  meta, "\n".join(lines))
+             f"only PASK right: {sum(y and not x for x, y in zip(f['valid'], q['valid']))}.", "",
+             f"The {len(demoted)} entries whose PASK request hit a demoted block (matched through the server's tag "
+             f"log): PASK {on['pask']}, Full KV {on['full']} on the same entries.", ""]
+    write_outputs(a.out, {"full": f, "pask": q, "pask_max_total_tokens": n_pask, "demoted_share": demoted_share,
+                          "demoted_entries": demoted, "accuracy_on_demoted": on}, meta, "\n".join(lines))
     return 0
 
 

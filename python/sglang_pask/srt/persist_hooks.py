@@ -158,6 +158,7 @@ def pask_state(scheduler) -> dict:
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
            "kernels": ops.implementation(),
            "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
+           "demoted_rids": list(segment_views.DEMOTED_RIDS),
            "chunked_prefill": {"rule": chunked.rule().record() if chunked.rule() else None, **chunked.COUNTERS}}
     if isinstance(alloc, PaskAllocator):
         out["pools"] = alloc.stats()

@@ -17,6 +17,7 @@ not held), and the compression's kept log (:func:`visible`).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Optional
 
 import numpy as np
@@ -26,6 +27,8 @@ import torch
 VIEWS: dict[int, tuple[str, int, list[torch.Tensor]]] = {}
 #: views set, and of them those on a block already demoted (its own tokens prefilled against it compressed)
 COUNTERS = {"views": 0, "views_on_demoted": 0}
+#: the newest requests whose view was on a demoted block (``/server_info``: ``demoted_rids``)
+DEMOTED_RIDS: "deque[str]" = deque(maxlen=4096)
 
 
 def set_view(req, kept_units, demoted: bool = False) -> bool:
@@ -46,6 +49,8 @@ def set_view(req, kept_units, demoted: bool = False) -> bool:
     VIEWS[int(row)] = (req.rid, s, masks)
     COUNTERS["views"] += 1
     COUNTERS["views_on_demoted"] += int(demoted)
+    if demoted:
+        DEMOTED_RIDS.append(req.rid)
     return True
 
 
