@@ -70,6 +70,37 @@ def test_build_unit_indices_matches_held_slots(seed, host_sum):
         assert counts[0] == lens[0] and counts[1] == 1 and counts[2] == 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_views_hide_the_same_positions_in_every_index_build(seed, monkeypatch):
+    """The accurate radix mode's views (``segment_views``): for requests with a view, a segment
+    position the view hides is not held. FlashInfer's flat build, the torch backend's per-request
+    and padded builds all equal the reference: the unit's slots with the hidden positions zeroed,
+    zeros removed."""
+    from sglang_pask.srt import segment_views
+    from sglang_pask.srt.attention import padded_held_slots
+
+    mapping, req_to_token, rows, lens = _random_case(seed)
+    g = torch.Generator().manual_seed(100 + seed)
+    views = {}
+    for i in (0, 3):  # two requests with a view over a segment of up to their length
+        s = max(int(lens[i]) - 2, 1)
+        views[int(rows[i])] = ("rid", s, [torch.rand(s, generator=g) < 0.4 for _ in range(mapping.shape[0])])
+    monkeypatch.setattr(segment_views, "VIEWS", views)
+    out = build_unit_indices(mapping, req_to_token, rows, lens)
+    for u, (kv_indptr, kv_indices) in enumerate(out):
+        padded, counts = padded_held_slots(mapping[u], req_to_token, rows, lens.clamp(min=1), u)
+        for i, (r, n) in enumerate(zip(rows.tolist(), lens.tolist())):
+            slots = mapping[u][req_to_token[r, :n].long()].clone()
+            if r in views:
+                _, s, masks = views[r]
+                slots[:s][~masks[u]] = 0
+            want = slots[slots > 0]
+            assert torch.equal(kv_indices[kv_indptr[i]:kv_indptr[i + 1]].long(), want), (u, i)
+            assert torch.equal(held_slots(mapping[u], req_to_token[r, :n], r, u)[0], want), (u, i)
+            if n:
+                assert torch.equal(padded[i, :counts[i]], want), (u, i)
+
+
 def test_build_unit_indices_empty_batches():
     mapping = torch.zeros((2, 10), dtype=torch.int64)
     r2t = torch.zeros((2, 4), dtype=torch.int32)
