@@ -36,47 +36,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_capacity import pask_tokens_for, ratios, run_meta, serve_and_bench, write_outputs  # noqa: E402
-from server_shared_prefix import MATCHED, write_dataset  # noqa: E402
-
-
-def build_blocks(tokenizer, k: int, segment_tokens: int) -> list[tuple[list, list]]:
-    """``k`` tools blocks: (tools, the request bodies of the entries whose tools it unites)."""
-    from sglang_pask.eval.synthetic import generate
-    from sglang_pask.rendering import render_chat
-    from sglang_pask.tiny.examples import request_body
-
-    entries = iter(e for e in generate("train", 8000, profile="tiny") if len(e.ground_truth) == 1)
-    blocks = []
-    for _ in range(k):
-        tools, names, used = [], set(), []
-        while True:
-            body = request_body(next(entries))[0]
-            new = [t for t in body["tools"] if t["function"]["name"] not in names]
-            tools += new
-            names |= {t["function"]["name"] for t in new}
-            used.append(body)
-            r = render_chat(tokenizer, {"messages": body["messages"], "tools": tools, "tool_choice": "auto"})
-            if r.segment_end >= segment_tokens:
-                break
-        blocks.append((tools, used))
-    return blocks
+from server_shared_prefix import MATCHED, block_request, build_blocks, write_dataset  # noqa: E402
 
 
 def zipf_requests(tokenizer, blocks, n: int, s: float, seed: int) -> list[dict]:
     """``n`` requests over ``blocks`` with Zipf-like popularity (see the module docstring)."""
-    from sglang_pask.rendering import render_chat
-
     rng = random.Random(seed)
     weights = [1.0 / (k + 1) ** s for k in range(len(blocks))]
     out = []
     for i in range(n):
         b = rng.choices(range(len(blocks)), weights)[0]
-        tools, used = blocks[b]
-        messages = [dict(m) for m in used[i % len(used)]["messages"]]
-        messages[-1]["content"] = f"{messages[-1]['content']} (request {i})"
-        req = {"messages": messages, "tools": tools, "tool_choice": "auto"}
-        r = render_chat(tokenizer, req)
-        out.append({**req, "prompt_tokens": len(r.token_ids), "segment_tokens": r.segment_end, "block": b})
+        out.append({**block_request(tokenizer, blocks[b], i, str(i)), "block": b})
     return out
 
 
@@ -118,7 +88,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(a.model)
     ks = [int(x) for x in a.blocks.split(",")]
-    blocks = build_blocks(tok, max(ks), a.segment_tokens)
+    blocks = build_blocks(tok, max(ks), a.segment_tokens, pool=8000)
     n_pask = pask_tokens_for(a.full_tokens, a.budget)
     accurate = ["--pask-segment", "system", "--pask-own-budget", "1", "--pask-segment-prefill", "full"]
     servers = {"full": [*MATCHED, "--max-total-tokens", str(a.full_tokens)],

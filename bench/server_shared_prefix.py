@@ -55,15 +55,17 @@ from server_capacity import (  # noqa: E402
 MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
 
 
-def shared_requests(tokenizer, blocks: int, per_block: int, segment_tokens: int, seed: int) -> list[dict]:
-    """``blocks x per_block`` chat requests (see the module docstring), shuffled."""
+def build_blocks(tokenizer, k: int, segment_tokens: int, pool: int = 4000) -> list[tuple[list, list]]:
+    """``k`` tools blocks, each (tools, bodies): the union of the tools of consecutive single-call
+    train-split tiny entries (from the first ``pool``) until its system message is at least
+    ``segment_tokens`` tokens, and the request bodies of those entries."""
     from sglang_pask.eval.synthetic import generate
     from sglang_pask.rendering import render_chat
     from sglang_pask.tiny.examples import request_body
 
-    entries = iter(e for e in generate("train", 4000, profile="tiny") if len(e.ground_truth) == 1)
-    out = []
-    for b in range(blocks):
+    entries = iter(e for e in generate("train", pool, profile="tiny") if len(e.ground_truth) == 1)
+    blocks = []
+    for _ in range(k):
         tools, names, used = [], set(), []
         while True:
             body = request_body(next(entries))[0]
@@ -74,12 +76,27 @@ def shared_requests(tokenizer, blocks: int, per_block: int, segment_tokens: int,
             r = render_chat(tokenizer, {"messages": body["messages"], "tools": tools, "tool_choice": "auto"})
             if r.segment_end >= segment_tokens:
                 break
-        for i in range(per_block):
-            messages = [dict(m) for m in used[i % len(used)]["messages"]]
-            messages[-1]["content"] = f"{messages[-1]['content']} (request {b}.{i})"
-            req = {"messages": messages, "tools": tools, "tool_choice": "auto"}
-            r = render_chat(tokenizer, req)
-            out.append({**req, "prompt_tokens": len(r.token_ids), "segment_tokens": r.segment_end})
+        blocks.append((tools, used))
+    return blocks
+
+
+def block_request(tokenizer, block: tuple[list, list], i: int, label: str) -> dict:
+    """Request ``i`` on ``block``: the query of one of its entries, numbered ``label`` (so no two
+    prompts are equal), with its rendered length and segment end."""
+    from sglang_pask.rendering import render_chat
+
+    tools, used = block
+    messages = [dict(m) for m in used[i % len(used)]["messages"]]
+    messages[-1]["content"] = f"{messages[-1]['content']} (request {label})"
+    req = {"messages": messages, "tools": tools, "tool_choice": "auto"}
+    r = render_chat(tokenizer, req)
+    return {**req, "prompt_tokens": len(r.token_ids), "segment_tokens": r.segment_end}
+
+
+def shared_requests(tokenizer, blocks: int, per_block: int, segment_tokens: int, seed: int) -> list[dict]:
+    """``blocks x per_block`` chat requests (see the module docstring), shuffled."""
+    out = [block_request(tokenizer, block, i, f"{b}.{i}")
+           for b, block in enumerate(build_blocks(tokenizer, blocks, segment_tokens)) for i in range(per_block)]
     random.Random(seed).shuffle(out)
     return out
 
