@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import run_meta, write_outputs  # noqa: E402
+from server_capacity import calib_runner, run_meta, write_outputs  # noqa: E402
 
 
 def variants(a) -> list[tuple[str, object]]:
@@ -49,16 +49,9 @@ def main(argv=None) -> int:
     import numpy as np
     import sglang_pask
     from sglang_pask.calibrate.search import accuracy
-    from sglang_pask.eval.data import load_spec, parse_spec
-    from sglang_pask.policy.document import load_policy
 
-    if parse_spec(a.data).get("split") != "calib":
-        raise SystemExit(f"chunked_prefill_accuracy: --data must be a calib split, got {a.data!r}")
     t0 = time.time()
-    policy = load_policy(a.policy, model_dir=a.model)
-    runner = sglang_pask.load_runner(a.model)
-    entries = load_spec(a.data)
-    settings = {"max_tokens": a.max_tokens, "tool_choice": "required"}
+    policy, runner, entries, settings = calib_runner(a, "chunked_prefill_accuracy")
     rows, whole = [], None
     for label, rule in variants(a):
         t = time.time()

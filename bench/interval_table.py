@@ -23,21 +23,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import pair, parse_points, run_meta, tool_requests, write_dataset, write_outputs  # noqa: E402
+from server_capacity import (  # noqa: E402
+    calib_runner,
+    pair,
+    parse_points,
+    run_meta,
+    tool_requests,
+    write_dataset,
+    write_outputs,
+)
 
 
 def accuracy_rows(a, intervals: list[int]) -> dict:
     import sglang_pask
     from sglang_pask.calibrate.search import accuracy
-    from sglang_pask.eval.data import load_spec, parse_spec
-    from sglang_pask.policy.document import load_policy
 
-    if parse_spec(a.data).get("split") != "calib":
-        raise SystemExit(f"interval_table: --data must be a calib split (the pick is a decision), got {a.data!r}")
-    policy = load_policy(a.policy, model_dir=a.model)
-    runner = sglang_pask.load_runner(a.model)
-    entries = load_spec(a.data)
-    settings = {"max_tokens": a.max_tokens, "tool_choice": "required"}
+    policy, runner, entries, settings = calib_runner(a, "interval_table")
     out = {}
     for label, kw in [("policy", {})] + [(f"continuous:{k}", {"schedule": "continuous", "interval": k})
                                          for k in intervals]:

@@ -265,6 +265,20 @@ def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, points=No
     return out
 
 
+def calib_runner(a, bench: str):
+    """``(policy, runner, entries, settings)`` for an accuracy table on ``a.data``, which must be a
+    calib split (the table decides something): ``a.policy`` loaded for ``a.model``, the reference
+    runner, the entries and the settings (``a.max_tokens``, tool_choice required)."""
+    import sglang_pask
+    from sglang_pask.eval.data import load_spec, parse_spec
+    from sglang_pask.policy.document import load_policy
+
+    if parse_spec(a.data).get("split") != "calib":
+        raise SystemExit(f"{bench}: --data must be a calib split (the table decides something), got {a.data!r}")
+    return (load_policy(a.policy, model_dir=a.model), sglang_pask.load_runner(a.model), load_spec(a.data),
+            {"max_tokens": a.max_tokens, "tool_choice": "required"})
+
+
 def run_meta(t0: float) -> dict:
     """``meta.json``: the command, code version, date, machine and wall time since ``t0``."""
     from sglang_pask.calibrate.pipeline import code_version

@@ -130,7 +130,8 @@ class PaskRadixCache(UnifiedRadixCache):
                     s = int(tags_of(req).segment_end)
                     ids = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :s].long()
                     demoted = not bool((alloc.pool.mapping[:, ids] > 0).all())  # a hit on a demoted block
-                    segment_views.set_view(req, segment_kept_units(req, config), demoted=demoted)
+                    segment_views.set_view(req, segment_kept_units(req, config), demoted=demoted,
+                                           device=alloc.pool.mapping.device)
             except Exception as e:  # logged; the request then reads the whole block
                 logger.exception("sglang_pask: segment view failed for %s: %r", req.rid, e)
             return

@@ -31,10 +31,11 @@ COUNTERS = {"views": 0, "views_on_demoted": 0}
 DEMOTED_RIDS: "deque[str]" = deque(maxlen=4096)
 
 
-def set_view(req, kept_units, demoted: bool = False) -> bool:
+def set_view(req, kept_units, demoted: bool = False, device="cpu") -> bool:
     """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
     per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`);
-    ``demoted``: the block it read was already demoted (counted). True if set."""
+    ``demoted``: the block it read was already demoted (counted); ``device``: the pools' (the
+    masks live there, so the attention backends read them without a copy). True if set."""
     from sglang_pask.srt.request_tags import tags_of
 
     row = req.kv.req_pool_idx
@@ -43,8 +44,8 @@ def set_view(req, kept_units, demoted: bool = False) -> bool:
         return False
     masks = []
     for kept in kept_units:
-        m = torch.zeros(s, dtype=torch.bool)
-        m[torch.from_numpy(np.asarray(kept, dtype=np.int64))] = True
+        m = torch.zeros(s, dtype=torch.bool, device=device)
+        m[torch.from_numpy(np.asarray(kept, dtype=np.int64)).to(device)] = True
         masks.append(m)
     VIEWS[int(row)] = (req.rid, s, masks)
     COUNTERS["views"] += 1
@@ -73,7 +74,7 @@ def hide_(slots: torch.Tensor, rows, unit: int) -> torch.Tensor:
         _, s, masks = view
         n = min(s, slots.shape[-1])
         target = slots[i] if two_d else slots
-        target[:n].masked_fill_(~masks[unit][:n].to(target.device), 0)
+        target[:n].masked_fill_(~masks[unit][:n], 0)
     return slots
 
 
@@ -99,6 +100,5 @@ def hide_flat_(slots: torch.Tensor, token_rows: torch.Tensor, pos: torch.Tensor,
     for row, (_, s, masks) in VIEWS.items():
         sel = (token_rows == row) & (pos < s)
         if bool(sel.any()):
-            m = masks[unit].to(slots.device)
-            slots[sel] = torch.where(m[pos[sel]], slots[sel], torch.zeros_like(slots[sel]))
+            slots[sel] = torch.where(masks[unit][pos[sel]], slots[sel], torch.zeros_like(slots[sel]))
     return slots

@@ -91,16 +91,13 @@ def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
 
 
 def publish(req, tree_cache, config) -> None:
-    """After SGLang published a prefill or chunk with the radix cache off: cut the request's
-    segment once it is ready (:func:`ensure_segment`); errors are logged (the segment then stays
-    Full KV for this request; serving goes on)."""
-    from sglang_pask.srt.pools import PaskAllocator
-
-    alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
-    if getattr(tree_cache, "compresses_segments", False) or not isinstance(alloc, PaskAllocator):
+    """After SGLang published a prefill or chunk with the radix cache off (PASK pools: the caller
+    checked): cut the request's segment once it is ready (:func:`ensure_segment`); errors are
+    logged (the segment then stays Full KV for this request; serving goes on)."""
+    if getattr(tree_cache, "compresses_segments", False):
         return  # the PASK radix cache's checkpoint did it
     try:
-        ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
+        ensure_segment(req, tree_cache.req_to_token_pool.req_to_token, tree_cache.token_to_kv_pool_allocator, config)
     except Exception as e:
         logger.exception("sglang_pask: segment compression failed for %s: %r", req.rid, e)
 
