@@ -56,7 +56,16 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="search the attention-informed family too: the residual's order inside a group "
                         "blended with SnapKV's window votes (policy field attention_blend, tried at 0, "
                         "0.25, 0.5, 0.75, 1, after the other axes). Such policies run on the reference "
-                        "runner only (the server computes no attention statistics and refuses them)")
+                        "runner and on the server's torch backend (the server records the window's attention)")
+    from sglang_pask.methods import METHODS
+
+    p.add_argument("--baseline", default="snapkv", choices=[m for m in METHODS if m != "pask"],
+                   help="the method every search member and the held-out check are paired with, at the same "
+                        "schedule and budget: pass the strongest one on calib (default snapkv)")
+    p.add_argument("--folds", type=int, default=0, metavar="K",
+                   help="K > 1: the K-fold estimate of the search on the fit entries (the search re-run on "
+                        "K-1 folds, its choice scored on the held one), reported next to the chosen member's "
+                        "fit score (default 0: none)")
     p.add_argument("--sensitivity-signal", default="both", choices=("both", "nll"),
                    help="what each sensitivity probe measures: both (generation + BFCL's checker, and the "
                         "teacher-forced gold NLL) or nll (the gold NLL only: one forward per probe, no "
@@ -85,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
                      main_budget=args.main_budget, segment_rule=rule, prefill_memo_mb=args.prefill_memo_mb,
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
-                     reuse_stages=args.reuse_stages, attention_blend=args.attention_blend)
+                     reuse_stages=args.reuse_stages, attention_blend=args.attention_blend,
+                     baseline=args.baseline, folds=args.folds)
         if cfg.reuse_stages:
             from pathlib import Path
 
@@ -105,9 +115,12 @@ def run(args: argparse.Namespace) -> int:
         fit = next((f"{_FORCED_NAMES[o]} {best[o]:.4f}" for o in _FORCED_NAMES if o in best), None) \
             or f"{100 * best['accuracy']:.1f}"
         line = f"b={b:g}: {best['label']} fit {fit}"
+        if "kfold" in s and "accuracy" in best:
+            line += f", {s['kfold']['k']}-fold {100 * s['kfold']['estimate']:.1f}"
         c = doc.get("check", {}).get(f"{b:g}")
         if c:
-            line += (f"; check n={c['n']} pask {100 * c['pask']:.1f} vs snapkv {100 * c['baseline']:.1f}, "
+            line += (f"; check n={c['n']} pask {100 * c['pask']:.1f} vs {c.get('baseline_method', 'snapkv')} "
+                     f"{100 * c['baseline']:.1f}, "
                      f"diff {100 * c['diff']:+.1f} [{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]")
         print(f"{budget_path(cfg.out, b)}: {line}")
     print(f"wrote {cfg.out} (b={cfg.main_budget:g}) and its report "

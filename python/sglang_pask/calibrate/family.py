@@ -5,13 +5,17 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
 * sensitivity score ``s[g][c] = max(fail rise, 0) + max(NLL rise, 0)`` (the AST failure rate
   rise plus the gold NLL rise in nats per token; both measured by :mod:`.sensitivity`);
 * the class order of group ``g`` (``rank``): ``"total"`` by descending ``s[g][c]``; ``"density"``
-  by descending ``s[g][c] / n_c``, ``n_c`` the class's mean token count in the prompts holding it
+  by descending ``s[g][c] / n_c``; ``"joint"`` by descending ``j[c] / n_c`` in every group, ``j[c]``
+  the same score from the joint probe (class ``c`` dropped from *all* groups at once,
+  :func:`~.sensitivity.measure_joint`), which sees the names the single-group probes cannot (a
+  neighbouring group still holds them); ``n_c`` the class's mean token count in the prompts holding it
   (the rise per slot spent: dropping all 73 punctuation tokens of a prompt costs more than dropping
   its 5 template specials, but each special is worth far more). Ties -- above all the classes whose
   single-group probe measured nothing because another group still held them -- go by the same
   quantity's maximum over all groups, then :data:`~sglang_pask.structure.classes.PRECEDENCE`;
 * ``priority[g]``: that order, so the residual is filled by the most sensitive classes first;
-* ``floor[g][c] = 1`` for the first ``top_k`` classes of that order with positive ``s``, else 0;
+* ``floor[g][c] = floor`` (1, or a fraction: that share of the class's tokens, its newest, must
+  stay) for the first ``top_k`` classes of that order with positive ``s``, else 0;
 * ``residual_share[g]`` proportional to ``D[g](b) ** alpha * (g + 1) ** tilt`` (``alpha = 0``:
   D ignored; ``tilt > 0`` leans the residual toward deeper groups, ``< 0`` toward shallower ones;
   both 0: equal shares). D alone does not order the groups by task importance on the tiny model
@@ -44,8 +48,8 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "BLEND_AXES", "PINS", "START", "sensitivity_score", "class_order", "residual_shares",
-           "compile_policy"]
+__all__ = ["Member", "AXES", "BLEND_AXES", "JOINT_RANKS", "PINS", "START", "sensitivity_score", "class_order",
+           "joint_score", "residual_shares", "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -60,16 +64,22 @@ class Member:
     rank: str = "total"
     pin: str = ""  # a key of PINS
     blend: float = 0.0  # the policy's attention_blend
+    floor: float = 1.0  # the floor of the top_k classes (pins are always floored at 1)
 
     def __post_init__(self):
         if self.pin not in PINS:
             raise ValueError(f"pin must be one of {', '.join(map(repr, PINS))}, got {self.pin!r}")
+        if not 0.0 < self.floor <= 1.0:
+            raise ValueError(f"floor must be in (0, 1], got {self.floor!r}")
+        if self.top_k == 0 and self.floor != 1.0:  # no floored class: the same policy as floor 1
+            object.__setattr__(self, "floor", 1.0)
 
     @property
     def label(self) -> str:
         return (f"rank={self.rank} w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g} "
                 f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else "")
-                + (f" blend={self.blend:g}" if self.blend else ""))
+                + (f" blend={self.blend:g}" if self.blend else "")
+                + (f" floor={self.floor:g}" if self.floor != 1.0 else ""))
 
 
 #: the class sets a member may pin in every group (floor 1): none, the names a call copies, and the
@@ -83,14 +93,17 @@ PINS: dict[str, tuple[str, ...]] = {
 
 #: the values the coordinate search tries per field, in the order the fields are visited
 AXES: dict[str, tuple] = {
-    "rank": ("total", "density"),
+    "rank": ("total", "density", "joint"),
     "pin": tuple(PINS),
     "tilt": (-1.0, 0.0, 1.0, 2.0, 3.0),
     "sinks": (1, 4),
     "window_frac": (0.0, 0.25, 0.5, 0.75),
     "top_k": (0, 1, 3),
+    "floor": (1.0, 0.5),
     "alpha": (0.0, 1.0),
 }
+#: the rank values that need the joint probe's scores
+JOINT_RANKS = ("joint",)
 #: the attention-informed family (``pask calibrate --attention-blend``): :data:`AXES` plus the
 #: blend, visited last; its policies run on the reference runner only, so it is opt-in
 BLEND_AXES: dict[str, tuple] = {**AXES, "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
@@ -105,17 +118,29 @@ def sensitivity_score(sens: dict) -> list[dict[str, float]]:
             for f, n in zip(sens["fail"], sens["nll"])]
 
 
-def class_order(score: list[dict[str, float]], rank: str, tokens: dict[str, float] | None = None) -> list[list[str]]:
+def class_order(score: list[dict[str, float]], rank: str, tokens: dict[str, float] | None = None,
+                joint: dict[str, float] | None = None) -> list[list[str]]:
     """Per group, the probed classes in the order of ``rank`` (module docstring). ``tokens``: mean
-    token counts (:func:`~.sensitivity.measure_sensitivity`'s ``"tokens"``); needed for density."""
-    if rank not in ("total", "density"):
-        raise ValueError(f"rank must be 'total' or 'density', got {rank!r}")
-    if rank == "density" and not tokens:
-        raise ValueError("rank='density' needs the classes' token counts (re-run the sensitivity phase)")
+    token counts (:func:`~.sensitivity.measure_sensitivity`'s ``"tokens"``); needed for density and
+    joint. ``joint``: the joint probe's score per class (:func:`joint_score`); needed for joint."""
+    if rank not in ("total", "density", "joint"):
+        raise ValueError(f"rank must be 'total', 'density' or 'joint', got {rank!r}")
+    if rank in ("density", "joint") and not tokens:
+        raise ValueError(f"rank={rank!r} needs the classes' token counts (re-run the sensitivity phase)")
+    if rank == "joint" and joint is None:
+        raise ValueError("rank='joint' needs the joint probe's scores (the calibration's joint stage)")
     order = {c.name: i for i, c in enumerate(PRECEDENCE)}
-    per = [{c: v / max(tokens[c], 1e-9) if rank == "density" else v for c, v in s.items()} for s in score]
+    per = [{c: v / max(tokens[c], 1e-9) if rank != "total" else v for c, v in s.items()} for s in score]
     best = {c: max(p[c] for p in per) for c in per[0]} if per else {}
+    if rank == "joint":  # one order for every group; the single-group density breaks ties
+        key = {c: joint.get(c, 0.0) / max(tokens[c], 1e-9) for c in per[0]} if per else {}
+        return [sorted(p, key=lambda c: (-key[c], -p[c], order[c])) for p in per]
     return [sorted(p, key=lambda c: (-p[c], -best[c], order[c])) for p in per]
+
+
+def joint_score(joint: dict) -> dict[str, float]:
+    """``j[c] = max(fail rise, 0) + max(NLL rise, 0)`` from :func:`~.sensitivity.measure_joint`."""
+    return {c: round(max(joint["fail"][c] or 0.0, 0.0) + max(joint["nll"][c], 0.0), 6) for c in joint["nll"]}
 
 
 def residual_shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list[float]:
@@ -130,17 +155,21 @@ def residual_shares(d: Sequence[float], alpha: float, tilt: float = 0.0) -> list
 def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score: list[dict[str, float]],
                    distortion: list[dict[str, float]], budget: float, member: Member, prompt_len: float,
                    calibration: dict | None = None, name: str | None = None,
-                   tokens: dict[str, float] | None = None, point: OperatingPoint | None = None) -> Policy:
+                   tokens: dict[str, float] | None = None, point: OperatingPoint | None = None,
+                   joint: dict[str, float] | None = None) -> Policy:
     """The policy of ``member`` at ``budget``, recording ``point``, the operating point it was
     calibrated under (default: prefill schedule, no segment) (``score``: :func:`sensitivity_score`;
     ``distortion``: D[g] keyed by :func:`~.distortion.budget_key`; ``tokens``: the classes' mean
-    token counts, for ``member.rank == "density"``)."""
+    token counts, for ``member.rank == "density"`` or ``"joint"``; ``joint``: :func:`joint_score`, for
+    ``"joint"``)."""
     names = [c.name for c in PRECEDENCE]
     priority, floor = [], []
-    for s, probed in zip(score, class_order(score, member.rank, tokens)):
+    for s, probed in zip(score, class_order(score, member.rank, tokens, joint)):
         priority.append(probed + [n for n in names if n not in s])
-        top = [c for c in probed if s[c] > 0][: member.top_k] + list(PINS[member.pin])
-        floor.append({n: (1.0 if n in top else 0.0) for n in names})
+        sensitive = joint if member.rank == "joint" else s
+        top = [c for c in probed if sensitive.get(c, 0.0) > 0][: member.top_k]
+        pins = PINS[member.pin]
+        floor.append({n: (1.0 if n in pins else member.floor if n in top else 0.0) for n in names})
     d = [row[budget_key(budget)] for row in distortion]
     return Policy.model_validate({
         "name": name,

@@ -26,9 +26,17 @@ import numpy as np
 
 import sglang_pask
 from sglang_pask.calibrate.distortion import measure_distortion
-from sglang_pask.calibrate.family import AXES, BLEND_AXES, Member, compile_policy, sensitivity_score
+from sglang_pask.calibrate.family import (
+    AXES,
+    BLEND_AXES,
+    JOINT_RANKS,
+    Member,
+    compile_policy,
+    joint_score,
+    sensitivity_score,
+)
 from sglang_pask.calibrate.search import OBJECTIVES, check_policy, max_members, search_budget
-from sglang_pask.calibrate.sensitivity import SIGNALS, measure_sensitivity, work_units
+from sglang_pask.calibrate.sensitivity import SIGNALS, joint_units, measure_joint, measure_sensitivity, work_units
 from sglang_pask.eval.data import load_spec, parse_spec
 from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
@@ -78,6 +86,10 @@ class Config:
     reuse_stages: Optional[str] = None
     #: search :data:`~.family.BLEND_AXES` (the attention-informed residual) instead of :data:`~.family.AXES`
     attention_blend: bool = False
+    #: the registry method every member and the check are paired with (the strongest on calib)
+    baseline: str = "snapkv"
+    #: k > 1: the k-fold estimate of the search on the fit entries (:mod:`.kfold`); 0: none
+    folds: int = 0
 
     @property
     def axes(self) -> dict:
@@ -94,7 +106,8 @@ class Config:
         fields at their defaults are left out, so older records still match)."""
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
-                            "search_passes", "search_objective", "reuse_stages", "attention_blend")}
+                            "search_passes", "search_objective", "reuse_stages", "attention_blend",
+                            "baseline", "folds")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -109,6 +122,10 @@ class Config:
             key["search_objective"] = self.search_objective
         if self.attention_blend:
             key["attention_blend"] = True
+        if self.baseline != "snapkv":
+            key["baseline"] = self.baseline
+        if self.folds:
+            key["folds"] = self.folds
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -134,6 +151,13 @@ class Config:
             raise ValueError(f"--search-passes must be >= 1, got {self.search_passes}")
         if self.prefill_memo_mb < 0:
             raise ValueError(f"--prefill-memo-mb must be >= 0, got {self.prefill_memo_mb}")
+        if self.folds == 1 or self.folds < 0 or self.folds > self.fit_n:
+            raise ValueError(f"--folds must be 0 (none) or in 2..--fit-n ({self.fit_n}), got {self.folds}")
+        from sglang_pask.methods import METHODS
+
+        if self.baseline not in METHODS or self.baseline == "pask":
+            raise ValueError(f"--baseline must be a registry method other than pask "
+                             f"({', '.join(m for m in METHODS if m != 'pask')}), got {self.baseline!r}")
         if self.main_budget not in self.budgets:
             raise ValueError(f"--main-budget {self.main_budget:g} is not one of --budgets")
 
@@ -184,12 +208,12 @@ class ReuseError(ValueError):
 
 #: the stages a record of other code can lend (:attr:`Config.reuse_stages`); the search and the
 #: check score policies with this code's methods, so they are always run here
-REUSABLE_STAGES = ("sensitivity", "distortion")
+REUSABLE_STAGES = ("sensitivity", "distortion", "joint")
 
 
 #: configuration fields that only the search and the check read: a record that differs in them
 #: measured the same sensitivity and distortion
-SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend")
+SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend", "baseline", "folds")
 
 
 #: what a record written before a configuration field existed measured under (no segment rule)
@@ -256,7 +280,15 @@ def calibrate(cfg: Config) -> dict:
             doc["distortion"] = measure_distortion(runner, probe, groups, cfg.budgets, settings, tick=bar.update)
         timings["distortion"] = round(time.perf_counter() - t, 1)
         save()
+    if "joint" not in doc and any(r in JOINT_RANKS for r in cfg.axes["rank"]):
+        t = time.perf_counter()
+        with _bar(joint_units(probe, runner, settings), "joint probe") as bar:
+            doc["joint"] = measure_joint(runner, probe, binding.num_layers, settings, tick=bar.update,
+                                         signal=cfg.signal)
+        timings["joint"] = round(time.perf_counter() - t, 1)
+        save()
     score = sensitivity_score(doc["sensitivity"])
+    joint = joint_score(doc["joint"]) if "joint" in doc else None
     prompt_len = float(np.mean([len(render_chat(runner.tokenizer, runner_body(build_request(e, settings)[0]),
                                                 tagger=runner.tagger).token_ids) for e in fit]))
     record = {"data": cfg.data, "split": "calib", "samples": len(probe), "sensitivity": score,
@@ -270,7 +302,7 @@ def calibrate(cfg: Config) -> dict:
         k = f"{b:g}"
         def member_policy(m: Member, b=b, k=k):
             return compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len, record, f"{name}@{k}",
-                                  tokens=doc["sensitivity"].get("tokens"), point=cfg.point)
+                                  tokens=doc["sensitivity"].get("tokens"), point=cfg.point, joint=joint)
 
         if k not in searches:
             t = time.perf_counter()
@@ -286,7 +318,7 @@ def calibrate(cfg: Config) -> dict:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
                                             tick=bar.update, axes=cfg.axes, passes=cfg.search_passes,
                                             objective=cfg.search_objective, progress=partial, save=save_progress,
-                                            references=references)
+                                            references=references, baseline=cfg.baseline, folds=cfg.folds)
             del doc["search_progress"][k]
             timings[f"search {k}"] = round(before + time.perf_counter() - t, 1)
             save()
@@ -295,7 +327,7 @@ def calibrate(cfg: Config) -> dict:
         chosen[b] = policy
         if check and k not in checks:
             t = time.perf_counter()
-            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.point)
+            checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.point, cfg.baseline)
             timings[f"check {k}"] = round(time.perf_counter() - t, 1)
             save()
     save_policy(chosen[cfg.main_budget], out)

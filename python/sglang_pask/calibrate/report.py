@@ -75,6 +75,24 @@ def _reused_line(reused: dict) -> list[str]:
 _FORCED = {"nll": "gold NLL/token", "kl": "KL from Full KV/token"}
 
 
+def _base_name(rec: dict) -> str:
+    """The paired baseline a search or check record names (older records: SnapKV at prefill)."""
+    return {"snapkv": "SnapKV"}.get(rec.get("baseline_method", "snapkv"), rec.get("baseline_method", "snapkv"))
+
+
+def _kfold_lines(s: dict, value) -> list[str]:
+    """The k-fold estimate of one budget's search (:mod:`.kfold`)."""
+    kf = s["kfold"]
+    out = [f"K-fold ({kf['k']} folds of the fit entries): the search re-run on the other folds chose, and "
+           f"scored on the held fold. Estimate {value(kf['estimate'])} against the chosen member's fit "
+           f"{value(kf['fit'])}; {kf['agree']} of {kf['k']} folds chose the same member. Members scored only "
+           f"for the folds: {len(s.get('kfold_rows', []))}.", ""]
+    out += _table(["fold", "n", "chosen on the other folds", "other folds", "held fold"],
+                  [[str(i), str(f["n"]), f["chosen"], value(f["train"]), value(f["held"])]
+                   for i, f in enumerate(kf["folds"])])
+    return out + [""]
+
+
 def write_report(doc: dict, out: Path, policies: dict) -> Path:
     """Write the markdown (and PNGs) for the measurement document ``doc`` of ``--out`` ``out``."""
     cfg, sens = doc["config"], doc["sensitivity"]
@@ -113,6 +131,15 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
                         [[c, str(sens["count"][c])] + [
                             f"{_fail(d[c]['fail'])} / {d[c]['nll']:+.4f}" if c in d else "-"
                             for d in sens["delimiters"]] for c in names])
+    if "joint" in doc:
+        j = doc["joint"]
+        lines += ["", "### Joint probe", "",
+                  "Class c dropped from every layer at once (all else Full KV), over the same probe entries: rise "
+                  "in failure rate (points) / gold NLL (nats/token). Rank `joint` orders every group by "
+                  "(max(fail, 0) + max(nll, 0)) / tokens from this column.", ""]
+        lines += _table(["class", "n", "all groups fail / nll"],
+                        [[c, str(sens["count"].get(c, "-")), f"{_fail(j['fail'][c])} / {j['nll'][c]:+.4f}"]
+                         for c in j["nll"]])
     budgets = list(doc["distortion"][0])
     lines += ["", "## Attention-output distortion D[g](b)", "",
               "Relative error of group g's attention output on the gold-answer positions (teacher "
@@ -121,7 +148,8 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
                     [[str(g)] + [f"{doc['distortion'][g][b]:.4f}" for b in budgets] for g in range(G)])
     lines += ["", "## Family search (fit entries, calib)", "",
               "Coordinate search (`calibrate/search.py`) over the family of `calibrate/family.py`: w = "
-              "recent window as a fraction of b x mean prompt length, k = sensitive classes with floor 1, "
+              "recent window as a fraction of b x mean prompt length, k = sensitive classes with a floor (1, or "
+              "floor=f: that share of their tokens), "
               "residual shares proportional to D^alpha x (g+1)^tilt, sinks, pin = classes floored in every group "
               "(names: tool and parameter names; +values: enum values and the query too). Rows in scoring order; the "
               "chosen member in bold.", ""]
@@ -130,22 +158,36 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
         forced = objective in _FORCED
         value = (lambda x: f"{x:.4f}") if forced else _pct
         diff = (lambda x: f"{x:+.4f}") if forced else (lambda x: f"{100 * x:+.1f}")
-        lines += [f"### b = {b} (n = {s['n']}; SnapKV prefill {value(s['baseline'])}"
+        base = _base_name(s)
+        lines += [f"### b = {b} (n = {s['n']}; {base} {value(s['baseline'])}"
                   f"{' ' + _FORCED[objective] if forced else ''}; {s.get('passes', 1)} pass(es))", ""]
         rows = [[("**" + r["label"] + "**") if i == s["best"] else r["label"],
                  value(r[objective]),
                  f"{diff(r['diff'])} [{diff(r['ci'][0])}, {diff(r['ci'][1])}]"]
                 for i, r in enumerate(s["rows"])]
         head = ["member", f"{_FORCED[objective]} (lower is better)" if forced else "accuracy",
-                "diff vs SnapKV [95% CI]"]
+                f"diff vs {base} [95% CI]"]
         lines += _table(head, rows) + [""]
+        if "kfold" in s:
+            lines += _kfold_lines(s, (lambda x, v=value: v(-x)) if forced else value)  # minus a forced value
     if doc.get("check"):
         lines += ["## Held-out check (calib entries the search never saw)", ""]
-        rows = [[b, str(c["n"]), _pct(c["pask"]), _pct(c["baseline"]),
+        rows = [[b, str(c["n"]), _pct(c["pask"]), f"{_pct(c['baseline'])} ({_base_name(c)})",
                  f"{100 * c['diff']:+.1f} [{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]",
                  f"`{Path(policies[float(b)]).name}`" if float(b) in policies else ""]
                 for b, c in doc["check"].items()]
-        lines += _table(["budget", "n", "pask (chosen)", "SnapKV prefill", "paired diff [95% CI]", "policy"], rows)
+        lines += _table(["budget", "n", "pask (chosen)", "baseline", "paired diff [95% CI]", "policy"], rows)
+        lines.append("")
+        summary = [[b, s["rows"][s["best"]]["label"], _pct(s["kfold"]["fit"]), _pct(s["kfold"]["estimate"]),
+                    _pct(doc["check"][b]["pask"]) if b in doc["check"] else "-"]
+                   for b, s in doc.get("search", {}).items()
+                   if "kfold" in s and s.get("objective", "accuracy") == "accuracy"]
+        if summary:
+            lines += ["## Chosen members: fit, k-fold and held-out calib", "",
+                      "Fit: the chosen member on all fit entries (what the search maximised). K-fold: the "
+                      "search's choice on k - 1 folds scored on the held fold (the estimate of choosing by this "
+                      "search). Held-out: the check entries. All calib.", ""]
+            lines += _table(["budget", "chosen member", "fit", "k-fold", "held-out check"], summary)
         lines.append("")
     lines += ["## Wall time", "", "Seconds per phase, on this machine (a resumed run reuses earlier phases):", ""]
     lines += _table(["phase", "s"], [[k, f"{v:.1f}"] for k, v in doc.get("timings_s", {}).items()])

@@ -14,8 +14,15 @@ turn, score the incumbent with that field set to each of its values and move to 
 one only if it beats the incumbent (ties keep the incumbent; among equal challengers the earlier
 value wins); repeat the pass over all fields until one changes nothing (at most ``passes``). Every
 member is scored once (a cache), so the result is deterministic and its cost is one scoring run per
-distinct member. Then the held-out check: the chosen policy vs SnapKV (prefill) on calibration entries the search never
+distinct member. Then the held-out check: the chosen policy vs the baseline on calibration entries the search never
 saw, with a paired bootstrap of the difference (:func:`~sglang_pask.eval.stats.paired_bootstrap`).
+
+The baseline every member is paired with (``baseline``, default SnapKV) is a registry method at the
+same schedule and budget; pass the strongest one on calib. Against one fixed baseline the paired
+difference orders members exactly as their accuracy does, so it changes what the rows report (the
+margin over that method, with its interval), not the choice. Each row keeps its per-entry outcomes
+(``"valid"`` or ``"values"``, in fit-entry order), which :mod:`.kfold` reads: with ``folds`` = k > 1
+the search is re-run on k - 1 folds at a time and its choices scored on the held fold.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ OBJECTIVES = ("accuracy", "nll", "kl")
 #: the objectives measured by teacher forcing (a per-entry value, lower is better)
 FORCED = ("nll", "kl")
 
-#: the strongest baseline on the calib split at every budget (bench/results: SnapKV, prefill)
+#: the default paired baseline (the strongest 2024 baseline on calib, bench/results: SnapKV, prefill)
 BASELINE = ("snapkv", "prefill")
 
 
@@ -60,8 +67,8 @@ def accuracy(records: Sequence[dict]) -> float:
     return float(aggregate(cats)["mean"]) if cats else 0.0
 
 
-def _baseline(runner, entries, budget, settings, point: OperatingPoint) -> list[dict]:
-    return score(runner, BASELINE[0], entries, budget=budget, schedule=point.schedule, interval=point.interval,
+def _baseline(runner, entries, budget, settings, point: OperatingPoint, method: str = BASELINE[0]) -> list[dict]:
+    return score(runner, method, entries, budget=budget, schedule=point.schedule, interval=point.interval,
                  settings=settings, segment_rule=point.segment)
 
 
@@ -130,7 +137,8 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
                   settings: Settings, seed: int, point: OperatingPoint = PREFILL,
                   tick: Optional[Callable[[], None]] = None, start: Member = START, axes: dict = AXES,
                   passes: int = 2, objective: str = "accuracy", progress: Optional[dict] = None,
-                  save: Optional[Callable[[], None]] = None, references: Optional[dict] = None) -> dict:
+                  save: Optional[Callable[[], None]] = None, references: Optional[dict] = None,
+                  baseline: str = BASELINE[0], folds: int = 0) -> dict:
     """``compile_member``: Member -> policy. ``point``: the operating point (schedule, interval,
     segment rule) of every scoring run, PASK's and the baseline's; the compiled policies record it.
     ``objective``: :data:`OBJECTIVES`. Returns ``{"budget", "objective", "baseline", "rows":
@@ -139,7 +147,10 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
     mean gold NLL per token, ``kl``: mean KL from Full KV per token, their ``diff`` PASK minus the
     baseline, so negative is better). A record without ``"objective"`` is an accuracy search.
     ``references``: Full KV's forced runs by entry id, for ``kl`` (:func:`_kls`; pass one dict to
-    every budget's search so they are computed once).
+    every budget's search so they are computed once). ``baseline``: the registry method each member
+    is paired with (``"baseline_method"`` in the result). ``folds`` > 1: also ``"kfold"``
+    (:func:`~.kfold.kfold_estimate`); members only the folds' searches visit are scored too and
+    listed in ``"kfold_rows"``. Every row holds its per-entry outcomes (``"valid"`` or ``"values"``).
 
     ``progress``: a dict this search fills as it goes (``"baseline"``: the baseline's per-entry
     values or records; ``"rows"``: label -> row) and reads back on a rerun, so an interrupted search
@@ -158,8 +169,8 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
     progress = {} if progress is None else progress
     done = progress.setdefault("rows", {})
     if "baseline" not in progress:
-        progress["baseline"] = (measure(BASELINE[0]) if forced
-                                else _baseline(runner, entries, budget, settings, point))
+        progress["baseline"] = (measure(baseline) if forced
+                                else _baseline(runner, entries, budget, settings, point, baseline))
         if save:
             save()
     base = progress["baseline"]
@@ -167,38 +178,50 @@ def search_budget(runner, compile_member: Callable[[Member], object], entries: S
         tick()
     rows: list[dict] = []
 
-    def value(m: Member) -> float:
-        if m.label in done:
-            rows.append(done[m.label])
-        elif forced:
-            vals = measure("pask", policy=compile_member(m))
-            pb = paired_mean_bootstrap(vals, base, seed=seed)
-            rows.append({"label": m.label, objective: round(float(np.mean(vals)), 6), "diff": pb["diff"],
-                         "ci": pb["ci"]})
-        else:
-            recs = _pask(runner, compile_member(m), entries, budget, settings, point)
-            pb = paired_bootstrap(recs, base, seed=seed)
-            rows.append({"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"]})
+    def row_of(m: Member) -> dict:
+        """``m``'s row with per-entry outcomes, scored on every fit entry once (then cached)."""
         if m.label not in done:
-            done[m.label] = rows[-1]
+            if forced:
+                vals = measure("pask", policy=compile_member(m))
+                pb = paired_mean_bootstrap(vals, base, seed=seed)
+                row = {"label": m.label, objective: round(float(np.mean(vals)), 6), "diff": pb["diff"],
+                       "ci": pb["ci"], "values": [round(float(v), 6) for v in vals]}
+            else:
+                recs = _pask(runner, compile_member(m), entries, budget, settings, point)
+                pb = paired_bootstrap(recs, base, seed=seed)
+                row = {"label": m.label, "accuracy": accuracy(recs), "diff": pb["diff"], "ci": pb["ci"],
+                       "valid": [int(bool(r["valid"])) for r in recs]}
+            done[m.label] = row
             if save:
                 save()
-        if tick:
-            tick()
+            if tick:
+                tick()
+        return done[m.label]
+
+    def value(m: Member) -> float:
+        rows.append(row_of(m))
         return -rows[-1][objective] if forced else rows[-1]["accuracy"]
 
-    best, order, done = coordinate_search(value, start, axes, passes)
-    return {"budget": budget, "objective": objective,
-            "baseline": round(float(np.mean(base)), 6) if forced else accuracy(base), "rows": rows,
-            "best": order.index(best), "best_member": asdict(best), "n": len(entries), "passes": done}
+    best, order, passes_made = coordinate_search(value, start, axes, passes)
+    out = {"budget": budget, "objective": objective, "baseline_method": baseline,
+           "baseline": round(float(np.mean(base)), 6) if forced else accuracy(base), "rows": rows,
+           "best": order.index(best), "best_member": asdict(best), "n": len(entries), "passes": passes_made}
+    if folds > 1:
+        from sglang_pask.calibrate.kfold import kfold_estimate
+
+        searched = {r["label"] for r in rows}
+        cats = [e.category for e in entries]
+        out["kfold"] = kfold_estimate(row_of, start, axes, passes, cats, folds, seed, objective, best)
+        out["kfold_rows"] = [r for label, r in done.items() if label not in searched]
+    return out
 
 
 def check_policy(runner, policy, entries: Sequence[Entry], budget: float, settings: Settings,
-                 seed: int, point: OperatingPoint = PREFILL) -> dict:
-    """The chosen policy vs the baseline on held-out calibration entries (``point`` as
-    :func:`search_budget`): ``{"budget", "n", "pask", "baseline", "diff", "ci"}``."""
+                 seed: int, point: OperatingPoint = PREFILL, baseline: str = BASELINE[0]) -> dict:
+    """The chosen policy vs the baseline method on held-out calibration entries (``point`` as
+    :func:`search_budget`): ``{"budget", "n", "pask", "baseline", "baseline_method", "diff", "ci"}``."""
     recs = _pask(runner, policy, entries, budget, settings, point)
-    base = _baseline(runner, entries, budget, settings, point)
+    base = _baseline(runner, entries, budget, settings, point, baseline)
     pb = paired_bootstrap(recs, base, seed=seed)
     return {"budget": budget, "n": len(entries), "pask": accuracy(recs), "baseline": accuracy(base),
-            "diff": pb["diff"], "ci": pb["ci"]}
+            "baseline_method": baseline, "diff": pb["diff"], "ci": pb["ci"]}

@@ -13,6 +13,10 @@ names corrupt the JSON), the rise when class ``c`` is kept but its span delimite
 All are averaged over the entries in which class ``c`` occurs in the prompt (an entry without it
 is unchanged by the probe, so it is not re-run). Only prompt classes are probed: under the prefill
 schedule every output token is kept, so output classes are never dropped.
+
+The **joint** probe (:func:`measure_joint`) drops class ``c`` from every layer at once. A single-
+group probe measures nearly nothing for a class a neighbouring group still holds (tool and parameter
+names on both models here), so only the joint probe says what losing it everywhere costs.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.rendering import render_chat
 from sglang_pask.structure.classes import StructClass
 
-__all__ = ["prompt_classes", "prompt_class_counts", "measure_sensitivity", "DELIMITED", "SIGNALS"]
+__all__ = ["prompt_classes", "prompt_class_counts", "measure_sensitivity", "measure_joint", "joint_units",
+           "DELIMITED", "SIGNALS"]
 
 #: classes whose span delimiters are probed (kept class, delimiters dropped)
 DELIMITED = (StructClass.TOOL_NAME, StructClass.PARAM_NAME, StructClass.ENUM_VALUE, StructClass.QUERY_VALUE)
@@ -84,15 +89,11 @@ def measure_sensitivity(runner, entries: Sequence[Entry], groups: Sequence[Seque
     if tick:
         tick()
 
-    def mean(xs) -> Optional[float]:
-        return None if xs[0] is None else round(float(np.mean(xs)), 6)
-
     def rises(probe, c: StructClass) -> tuple:
-        held = [i for i, e in enumerate(entries) if int(c) in present[i]]
-        errs = {i: _task_error(runner, probe, entries[i], settings, signal) for i in held}
+        out = _rises(runner, probe, c, entries, present, full, settings, signal)
         if tick:
             tick()
-        return tuple(mean([None if full[i][k] is None else errs[i][k] - full[i][k] for i in held]) for k in (0, 1))
+        return out
 
     fail, nll, delim = [], [], []
     for layers in groups:
@@ -109,8 +110,46 @@ def measure_sensitivity(runner, entries: Sequence[Entry], groups: Sequence[Seque
             "count": {c.name: sum(int(c) in p for p in present) for c in classes},
             "tokens": {c.name: round(float(np.mean([n[int(c)] for n in counts if int(c) in n])), 6)
                        for c in classes},
-            "full": {"fail": mean([f[0] for f in full]), "nll": mean([f[1] for f in full])},
+            "full": {"fail": _mean([f[0] for f in full]), "nll": _mean([f[1] for f in full])},
             "fail": fail, "nll": nll, "delimiters": delim, "signal": signal}
+
+
+def _mean(xs) -> Optional[float]:
+    return None if xs[0] is None else round(float(np.mean(xs)), 6)
+
+
+def _rises(runner, probe, c: StructClass, entries, present, full, settings: Settings, signal: str) -> tuple:
+    """(fail rise, NLL rise) of ``probe`` over the entries whose prompt holds class ``c``, against
+    Full KV's per-entry ``full`` errors."""
+    held = [i for i, e in enumerate(entries) if int(c) in present[i]]
+    errs = {i: _task_error(runner, probe, entries[i], settings, signal) for i in held}
+    return tuple(_mean([None if full[i][k] is None else errs[i][k] - full[i][k] for i in held]) for k in (0, 1))
+
+
+def measure_joint(runner, entries: Sequence[Entry], num_layers: int, settings: Settings,
+                  tick: Optional[Callable[[], None]] = None, signal: str = "both") -> dict:
+    """The joint probe: class ``c`` dropped from all ``num_layers`` layers at once, for each prompt
+    class present. Returns ``{"fail": {name: rise}, "nll": {name: rise}, "signal"}`` (as one group's
+    column of :func:`measure_sensitivity`; over the same entries, rounded the same way)."""
+    if signal not in SIGNALS:
+        raise ValueError(f"sensitivity signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    present = [set(c) for c in prompt_class_counts(runner, entries, settings)]
+    classes = [c for c in StructClass if any(int(c) in p for p in present)]
+    full = [_task_error(runner, "full", e, settings, signal) for e in entries]
+    if tick:
+        tick()
+    fail, nll = {}, {}
+    for c in classes:
+        fail[c.name], nll[c.name] = _rises(runner, DropClass(1.0, layers=tuple(range(num_layers)), cls=int(c)),
+                                           c, entries, present, full, settings, signal)
+        if tick:
+            tick()
+    return {"fail": fail, "nll": nll, "signal": signal}
+
+
+def joint_units(entries: Sequence[Entry], runner, settings: Settings) -> int:
+    """How many ``tick`` calls :func:`measure_joint` makes."""
+    return 1 + len({c for p in prompt_classes(runner, entries, settings) for c in p})
 
 
 def work_units(entries: Sequence[Entry], groups: Sequence[Sequence[int]], runner, settings: Settings) -> int:
