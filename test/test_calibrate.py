@@ -28,7 +28,8 @@ from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 FC = ROOT / "models" / "pask-tiny-fc"
 DATA = "synthetic:calib:3:tiny"
 ARGS = ["calibrate", "--model", str(FC), "--data", DATA, "--groups", "2",
-        "--budgets", "0.5,0.33", "--fit-n", "2", "--probe-n", "1", "--max-tokens", "8", "--seed", "11"]
+        "--budgets", "0.5,0.33", "--fit-n", "2", "--probe-n", "1", "--max-tokens", "8", "--seed", "11",
+        "--folds", "2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -69,6 +70,11 @@ def test_writes_policies_that_validate_bind_and_run(runs):
     doc = json.loads(out.with_name("toy.calibration.json").read_text())
     assert doc["split_sizes"] == {"probe": 1, "fit": 2, "check": 1}  # every stage ran on something
     assert doc["search_progress"] == {}  # a finished search leaves no partial record
+    for s in doc["search"].values():  # per-entry outcomes in every row; the 2-fold estimate of the search
+        assert all(len(r["valid"]) == 2 for r in s["rows"] + s["kfold_rows"])
+        assert s["kfold"]["k"] == 2 and [f["n"] for f in s["kfold"]["folds"]] == [1, 1]
+    assert "K-fold (2 folds" in md and "Chosen members: fit, k-fold and held-out calib" in md
+    assert set(doc["joint"]["nll"]) == set(doc["sensitivity"]["classes"])  # the joint probe ran
     assert out.with_name("toy.S.png").stat().st_size > 0 and out.with_name("toy.D.png").stat().st_size > 0
 
 
@@ -392,3 +398,90 @@ def test_pinned_classes_are_floored_in_every_group():
     assert member.label.endswith(" pin=names") and "pin" not in START.label
     with pytest.raises(ValueError, match="pin must be one of"):
         Member(window_frac=0.25, top_k=0, alpha=0.0, pin="everything")
+
+
+def test_fractional_floors_and_the_joint_rank():
+    """``floor`` < 1 floors the top-k classes at that share (pins stay at 1); with k = 0 it is the
+    same member as floor 1 (one label, scored once). Rank ``joint`` orders every group alike by the
+    joint probe's score per token, and its top-k comes from that score."""
+    from sglang_pask.calibrate.family import Member, class_order, compile_policy, joint_score
+    from sglang_pask.policy.binding import ModelBinding
+
+    assert Member(window_frac=0.25, top_k=0, alpha=0.0, floor=0.5) == Member(window_frac=0.25, top_k=0, alpha=0.0)
+    with pytest.raises(ValueError, match="floor must be in"):
+        Member(window_frac=0.25, top_k=1, alpha=0.0, floor=0.0)
+    score = [{"TOOL_NAME": 0.0, "QUERY_TEXT": 0.5, "SCHEMA_PUNCT": 0.1},
+             {"TOOL_NAME": 0.0, "QUERY_TEXT": 0.2, "SCHEMA_PUNCT": 0.3}]
+    tokens = {"TOOL_NAME": 4.0, "QUERY_TEXT": 10.0, "SCHEMA_PUNCT": 50.0}
+    joint = joint_score({"fail": {"TOOL_NAME": 0.5, "QUERY_TEXT": None, "SCHEMA_PUNCT": -0.1},
+                         "nll": {"TOOL_NAME": 0.1, "QUERY_TEXT": 0.4, "SCHEMA_PUNCT": 0.5}})
+    assert joint == {"TOOL_NAME": 0.6, "QUERY_TEXT": 0.4, "SCHEMA_PUNCT": 0.5}
+    order = class_order(score, "joint", tokens, joint)
+    assert order == [["TOOL_NAME", "QUERY_TEXT", "SCHEMA_PUNCT"]] * 2  # 0.15 > 0.04 > 0.01 per token
+    with pytest.raises(ValueError, match="joint probe"):
+        class_order(score, "joint", tokens)
+    binding = ModelBinding.from_model(str(FC))
+    dist = [{"0.33": 0.1}, {"0.33": 0.2}]
+    m = Member(window_frac=0.25, top_k=1, alpha=0.0, rank="joint", floor=0.5, pin="names")
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0, tokens=tokens, joint=joint)
+    for fl in pol.floor:  # TOOL_NAME is both the joint top-1 and pinned: the pin's 1 wins
+        assert {c: v for c, v in fl.items() if v} == {"TOOL_NAME": 1.0, "PARAM_NAME": 1.0}
+    m = Member(window_frac=0.25, top_k=2, alpha=0.0, rank="joint", floor=0.5)
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0, tokens=tokens, joint=joint)
+    assert [{c: v for c, v in fl.items() if v} for fl in pol.floor] == [{"TOOL_NAME": 0.5, "QUERY_TEXT": 0.5}] * 2
+    assert pol.priority[0][:3] == pol.priority[1][:3] == ["TOOL_NAME", "QUERY_TEXT", "SCHEMA_PUNCT"]
+    assert m.label.endswith(" floor=0.5")
+
+
+def test_kfold_estimate_reruns_the_search_on_the_other_folds():
+    """Members with known per-entry outcomes: each fold's search sees only the other folds, its
+    choice is scored on the held fold, and the estimate is the size-weighted mean."""
+    from dataclasses import replace
+
+    from sglang_pask.calibrate.family import START
+    from sglang_pask.calibrate.kfold import fold_indices, kfold_estimate, subset_value
+
+    n, k = 12, 3
+    parts = fold_indices(n, k, seed=0)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(n)) and [p.size for p in parts] == [4, 4, 4]
+    with pytest.raises(ValueError, match="k-fold needs"):
+        fold_indices(3, 4, 0)
+    cats = ["a", "b"] * 6
+    held0, held2 = set(parts[0].tolist()), set(parts[2].tolist())
+    outcome = {  # window 0.5 is right everywhere but on fold 2; sinks=1 only on fold 0, when fold 0 is held
+        START: [0] * n,
+        replace(START, sinks=1): [0] * n,
+        replace(START, window_frac=0.5): [0 if i in held2 else 1 for i in range(n)],
+        replace(START, sinks=1, window_frac=0.5): [0] * n,
+    }
+    axes = {"sinks": (1, 4), "window_frac": (0.25, 0.5)}
+    best = replace(START, window_frac=0.5)
+    res = kfold_estimate(lambda m: {"valid": outcome[m]}, START, axes, 2, cats, k, 0, "accuracy", best)
+    assert [f["chosen"] for f in res["folds"]] == [best.label] * 3
+    assert [f["held"] for f in res["folds"]] == [1.0, 1.0, 0.0]  # fold 2's entries all fail under it
+    assert [f["train"] for f in res["folds"]] == [0.5, 0.5, 1.0]
+    assert res["estimate"] == pytest.approx(8 / 12, abs=1e-6) and res["agree"] == 3
+    assert res["fit"] == pytest.approx(subset_value({"valid": outcome[best]}, np.arange(n), cats, "accuracy"))
+    # a fold whose training entries favour another member chooses it
+    outcome[replace(START, sinks=1)] = [1 if i in held0 else 0 for i in range(n)]
+    res = kfold_estimate(lambda m: {"valid": outcome[m]}, START, axes, 2, cats, k, 0, "accuracy", best)
+    assert res["folds"][1]["chosen"] == replace(START, sinks=1).label and res["agree"] == 1
+    forced = kfold_estimate(lambda m: {"values": [float(sum(outcome[m]))] * n}, START, axes, 1, cats, k, 0,
+                            "kl", START)
+    assert forced["estimate"] == 0.0 and forced["agree"] == k  # lower is better: START (all 0) wins
+
+
+def test_calibrate_refuses_a_bad_baseline_or_fold_count():
+    from sglang_pask.calibrate.pipeline import Config
+
+    base = dict(model=str(FC), data=DATA, groups=2, budgets=(0.33,), out="x.json", fit_n=2, probe_n=1)
+    with pytest.raises(ValueError, match="--baseline must be a registry method other than pask"):
+        Config(**base, baseline="pask")
+    with pytest.raises(ValueError, match="--baseline must be"):
+        Config(**base, baseline="nosuch")
+    with pytest.raises(ValueError, match="--folds must be 0"):
+        Config(**base, folds=1)
+    with pytest.raises(ValueError, match="--folds must be 0"):
+        Config(**base, folds=3)  # more folds than fit entries
+    assert Config(**base, baseline="kvzip", folds=2).record_key()["baseline"] == "kvzip"
+    assert "baseline" not in Config(**base).record_key() and "folds" not in Config(**base).record_key()
