@@ -363,3 +363,67 @@ def test_accounting_after_hits_evictions_and_aborts(mode):
         assert srv.proc.poll() is None
         choice = _call(client, bodies[0]).choices[0]  # still serves (an answer, as good() counts one)
         assert choice.message.tool_calls or choice.finish_reason == "length", choice
+
+
+def test_demoted_hit_matches_the_runner(tmp_path):
+    """Both kinds of hit in the accurate mode (full prefill), against the runner: a
+    request sent again while its block is whole reads the block's view (runner
+    ``segment_prefill="full"``); after other blocks push the block out of KV memory it is demoted,
+    not evicted, and the same request sent a third time is a hit on the compressed block (cached
+    tokens > 0, its rid in ``demoted_rids``) that prefills its own tokens against it -- the runner's
+    ``compressed`` segment mode. Kept positions at every compression (the block's positions the
+    request reads plus its own, compressed at 0.5 so that the kept log holds a record; at own budget 1
+    nothing is compressed per request and both engines log none) and tokens equal, both times."""
+    from sglang_pask.eval.parity import compare, runner_trace, server_traces
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.hf import Runner
+    from sglang_pask.tiny.examples import request_body
+
+    kept, tags = tmp_path / "kept", tmp_path / "tags"
+    args = ["--pask-policy", str(POLICY), "--pask-segment", "system", "--pask-budget", str(BUDGET),
+            "--pask-own-budget", str(OWN_BUDGET), "--pask-segment-prefill", "full", "--max-total-tokens", "1536",
+            "--enable-cache-report", "--pask-kept-log", str(kept), "--pask-tag-log", str(tags),
+            "--skip-server-warmup", *SLEEP]
+    bodies = [{**request_body(e)[0], "tool_choice": "required"} for e in generate("calib", 40, profile="tiny", group=2)]
+    # entry 6: one whose tokens differ between the two runner modes (entries 0-4 answer alike
+    # either way), so the test tells the two kinds of hit apart; then one entry of every other block
+    first, others = bodies[6], [b for i, b in enumerate(bodies) if i % 2 == 0 and i != 6]
+    send = {k: first[k] for k in ("messages", "tools")}
+    seg = _segment_end(send)
+    rules = {"whole": SegmentRule("system", own_budget=OWN_BUDGET, segment_prefill="full"),
+             "demoted": SegmentRule("system", own_budget=OWN_BUDGET)}
+    with running_server(str(MODEL), args, env=STRICT_IDLE) as srv:
+        client = _client(srv)
+        _call(client, send)
+        again = _call(client, send)
+        assert again.usage.prompt_tokens_details.cached_tokens == seg, again.usage  # the whole block
+        time.sleep(1.0)  # the output record is written at release
+        traces = {"whole": server_traces(str(kept), str(tags))}
+        sent = 0
+        for body in others:  # until the first block, the least recently used, is demoted
+            if _pask(srv)["tree"]["demoted"] > 0:
+                break
+            _call(client, {k: body[k] for k in ("messages", "tools")})
+            sent += 1
+        state = _pask(srv)
+        assert state["tree"]["demoted"] > 0, state["tree"]
+        third = _call(client, send)
+        assert 0 < third.usage.prompt_tokens_details.cached_tokens <= seg, third.usage
+        time.sleep(1.0)
+        traces["demoted"] = server_traces(str(kept), str(tags))
+        demoted_rids = _pask(srv)["demoted_rids"]
+        assert _balanced(_wait_balanced(srv)) and srv.proc.poll() is None
+    print(f"{sent} other blocks sent before the demotion; tree {state['tree']}")
+    body = {**first, "chat_template_kwargs": {"enable_thinking": False}}
+    refs = {}
+    for kind, rule in rules.items():
+        runner = Runner(str(MODEL), method="pask", budget=BUDGET, policy=str(POLICY), grammar="sglang",
+                        segment_rule=rule)
+        ref = refs[kind] = runner_trace(runner, body, runner.groups, 48)
+        got = traces[kind].get(tuple(ref["prompt_ids"]))
+        assert got is not None, "the server's record of the request is missing"
+        assert (got["rid"] in demoted_rids) == (kind == "demoted"), (kind, got["rid"], demoted_rids)
+        row = compare(got, ref)
+        assert row["compressions"] > 0 and row["kept_equal"] and row["tokens_equal"], (kind, row)
+        print(f"{kind} hit: {row['compressions']} compression(s), {len(got['output_ids'])} tokens: the runner's")
+    assert refs["whole"]["output_ids"] != refs["demoted"]["output_ids"]  # the two modes answer differently
