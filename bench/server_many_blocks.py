@@ -17,7 +17,12 @@ queries (numbered, so no two prompts are equal), sent through SGLang's ``bench_s
 Per K and server: requests/s, output tok/s, median TTFT and TPOT, the radix hit rate (cached /
 (cached + computed) prompt tokens, from SGLang's prefill log lines) and, for PASK, the tree's
 demotions and tiers at the end. Ratios PASK / Full per K; ``plot.png``: requests/s and hit rate
-against K.
+against K. ``--rounds`` R (default 3): each round starts every server once per K, in the same order;
+a row is the median of its rounds, a ratio the median of the rounds' ratios.
+
+The ceiling: however many blocks a cache keeps, it can at most turn Full KV's requests/s at K into
+Full KV's at the smallest K (where nearly every block hits); the report prints that ratio per K next
+to PASK's, so a PASK / Full ratio is read against what hits alone could buy on this model.
 
     .venv/bin/python bench/server_many_blocks.py --out bench/results/pask-tiny-fc-server-many-blocks
 
@@ -35,8 +40,28 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import pask_tokens_for, ratios, run_meta, serve_and_bench, write_outputs  # noqa: E402
+from server_capacity import (  # noqa: E402
+    median_run,
+    paired_ratios,
+    pask_tokens_for,
+    run_meta,
+    serve_and_bench,
+    write_outputs,
+)
 from server_shared_prefix import MATCHED, block_request, build_blocks, write_dataset  # noqa: E402
+
+RATIOS = ("request_throughput", "output_throughput", "median_ttft_ms", "median_tpot_ms")
+
+
+def balanced(run: dict) -> bool | None:
+    """After the bench (every request finished): every full id and unit slot is free or held by the
+    tree -- no slot leaked (None: not a PASK server)."""
+    pools, tree = run.get("pools"), run.get("tree")
+    if not pools or not tree:
+        return None
+    return (pools["full_available"] + tree["tokens"] == pools["full_size"]
+            and all(a + t == pools["unit_size"] for a, t in zip(pools["unit_available"], tree["unit_slots"]))
+            and tree["protected_tokens"] == 0)
 
 
 def zipf_requests(tokenizer, blocks, n: int, s: float, seed: int) -> list[dict]:
@@ -81,6 +106,9 @@ def main(argv=None) -> int:
     p.add_argument("--segment-tokens", type=int, default=400)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds, each starting every server once per K in the same order (default 3): rows are "
+                        "medians, ratios medians of the rounds' ratios")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     from transformers import AutoTokenizer
@@ -105,12 +133,21 @@ def main(argv=None) -> int:
             row = {"blocks": k, "dataset": data, "block_tokens_total": sum(
                 next(r["segment_tokens"] for r in reqs if r["block"] == b) for b in {r["block"] for r in reqs}),
                 "blocks_asked": len({r["block"] for r in reqs}), "block_tokens": block_tokens}
-            for name, flags in servers.items():
-                row[name] = serve_and_bench(f"{name}-K{k}", a.model, flags, work / f"data-{k}.jsonl",
-                                            a.requests, a.concurrency, work)
-            row["ratio"] = ratios(row["pask"], row["full"], ("request_throughput", "output_throughput",
-                                                             "median_ttft_ms", "median_tpot_ms"))
+            runs = {name: [] for name in servers}
+            for r in range(a.rounds):
+                for name, flags in servers.items():
+                    runs[name].append(serve_and_bench(f"{name}-K{k}-r{r}", a.model, flags, work / f"data-{k}.jsonl",
+                                                      a.requests, a.concurrency, work))
+            row["pask_balanced"] = [balanced(x) for x in runs["pask"]]
+            for name in servers:
+                row[name] = median_run(runs[name])
+                row[name]["runs"] = [{key: x.get(key) for key in ("request_throughput", "cache_hit_rate",
+                                                                   "median_ttft_ms", "median_tpot_ms")}
+                                     for x in runs[name]]
+            row["ratio"] = paired_ratios(runs["pask"], runs["full"], RATIOS, "request_throughput")
             rows.append(row)
+    for r in rows:  # what hits alone could buy: Full at the smallest K over Full at this K
+        r["ceiling"] = round(rows[0]["full"]["request_throughput"] / r["full"]["request_throughput"], 3)
     meta = run_meta(t0)
     pools = rows[0]["pask"]["pools"]
     layers = sum(len(u) for u in pools["units"])
@@ -122,23 +159,32 @@ def main(argv=None) -> int:
              f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, {pools['unit_size']} "
              f"slots per unit). PASK: `{a.policy}` at b = {a.budget:g}, `{' '.join(accurate)}`. Hit rate: cached / "
              "(cached + computed) prompt tokens (SGLang's prefill log).", "",
-             "| K | blocks asked (tokens) | Full req/s | PASK req/s | ratio | Full hit rate | PASK hit rate | "
+             "| K | blocks asked (tokens) | Full req/s | PASK req/s | ratio (rounds) | ceiling from hits | "
+             "Full hit rate | PASK hit rate | "
              "median TTFT ms Full / PASK | median TPOT ms Full / PASK | PASK demotions | PASK tiers at the end |",
-             "|---:|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
+             "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for r in rows:
         f, q = r["full"], r["pask"]
         tiers = (q.get("tree") or {}).get("tiers") or {}
         lines.append(
             f"| {r['blocks']} | {r['blocks_asked']} ({r['block_tokens_total']}) | {f['request_throughput']:.2f} | "
-            f"{q['request_throughput']:.2f} | {r['ratio']['request_throughput']}x | "
+            f"{q['request_throughput']:.2f} | {r['ratio']['request_throughput']}x ("
+            + ", ".join(f"{x:.2f}" for x in r["ratio"]["per_round_request_throughput"]) + f") | {r['ceiling']}x | "
             f"{100 * (f['cache_hit_rate'] or 0):.1f}% | {100 * (q['cache_hit_rate'] or 0):.1f}% | "
             f"{f['median_ttft_ms']:.0f} / {q['median_ttft_ms']:.0f} | "
             f"{f['median_tpot_ms']:.1f} / {q['median_tpot_ms']:.1f} | "
             f"{(q.get('tree') or {}).get('demoted', 0)} | "
             + ", ".join(f"{t} {v['blocks']} ({v['kv_bytes']} B)" for t, v in tiers.items()) + " |")
-    lines += ["", "One run per server and K (a run on this shared 2-core machine varies by up to 40%).", ""]
+    lines += ["", f"{a.rounds} round(s) per K, each starting both servers once, Full first; a row is the median "
+              "of its rounds, a ratio the median of the rounds' ratios (a run on this shared 2-core machine varies "
+              "by up to 40%). Demotions and tiers: the last round's. Ceiling from hits: Full KV's requests/s at "
+              f"K = {rows[0]['blocks']} over its requests/s at K, the most any cache could gain by hits alone.",
+              "", "PASK's pools after each run (every full id and unit slot free or in the tree, nothing protected): "
+              + ("balanced in every run" if all(all(r["pask_balanced"]) for r in rows) else
+                 "NOT balanced: " + json.dumps({r["blocks"]: r["pask_balanced"] for r in rows})) + ".", ""]
     out = write_outputs(a.out, {"rows": rows, "kv_bytes": kv, "pask_max_total_tokens": n_pask, "zipf": a.zipf,
-                                "requests": a.requests, "concurrency": a.concurrency}, meta, "\n".join(lines))
+                                "requests": a.requests, "concurrency": a.concurrency, "rounds": a.rounds}, meta,
+                        "\n".join(lines))
     plot(rows, out / "plot.png")
     print(f"wrote {a.out}/: report.md, results.json, meta.json, plot.png")
     return 0
