@@ -485,3 +485,25 @@ def test_calibrate_refuses_a_bad_baseline_or_fold_count():
         Config(**base, folds=3)  # more folds than fit entries
     assert Config(**base, baseline="kvzip", folds=2).record_key()["baseline"] == "kvzip"
     assert "baseline" not in Config(**base).record_key() and "folds" not in Config(**base).record_key()
+
+
+def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
+    """``scorer`` names the statistic a blend reads and whether per KV head; a scorer other than
+    ``window`` starts at blend 0.5 (so the axis, visited at blend 0, tries it); the lookup keeps
+    the fields at their defaults, so its files and hashes do not change."""
+    from sglang_pask.calibrate.family import BLEND_AXES, SCORER_BLEND, SCORERS, START, Member, compile_policy
+    from sglang_pask.policy.binding import ModelBinding
+
+    assert list(BLEND_AXES)[-2:] == ["scorer", "blend"] and set(BLEND_AXES["scorer"]) == set(SCORERS)
+    m = Member(window_frac=0.25, top_k=0, alpha=0.0, scorer="kvzip/heads")
+    assert m.blend == SCORER_BLEND and m.label.endswith(" blend=0.5 scorer=kvzip/heads")
+    assert Member(window_frac=0.25, top_k=0, alpha=0.0, blend=0.25, scorer="kvzip").blend == 0.25
+    with pytest.raises(ValueError, match="scorer must be one of"):
+        Member(window_frac=0.25, top_k=0, alpha=0.0, scorer="h2o")
+    binding = ModelBinding.from_model(str(FC))
+    score = [{"TOOL_NAME": 1.0}, {"TOOL_NAME": 0.5}]
+    dist = [{"0.33": 0.1}, {"0.33": 0.2}]
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0)
+    assert (pol.attention_blend, pol.attention_stat, pol.head_split) == (0.5, "kvzip", True)
+    lookup = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, START, 200.0).document()
+    assert not {"attention_blend", "attention_stat", "head_split"} & set(lookup)

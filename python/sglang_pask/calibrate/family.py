@@ -28,10 +28,12 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
   neighbours still hold it (on the real model the names scored ~0 in groups 0-1), so no order built
   from S floors them there; dropping them from three groups at once is what made the real model
   call ``get_weather {}``. Pinning is a searched member like the others, never forced.
-* ``blend`` (only in :data:`BLEND_AXES`): the policy's ``attention_blend`` (0: the pure class-
-  priority lookup, what the server and the radix segment run; > 0 blends SnapKV's window votes
-  into the residual's order, reference runner only). Visited last, so the attention-informed
-  search scores every member the pure one does first, and keeps 0 unless a blend beats it.
+* ``scorer`` and ``blend`` (only in :data:`BLEND_AXES`): the policy's ``attention_stat`` /
+  ``head_split`` (:data:`SCORERS`) and ``attention_blend`` (0: the pure class-priority lookup,
+  what the radix segment runs; > 0 blends attention votes into the residual's order: SnapKV's
+  window votes, which the server's torch backend records, or KVzip's reconstruction scores, per
+  group or per KV head, reference runner only). Visited last, so the attention-informed search
+  scores every member the pure one does first, and keeps the lookup unless a blend beats it.
 
 :data:`AXES` are the values the coordinate search (:mod:`.search`) tries for each field, from
 :data:`START`.
@@ -65,6 +67,7 @@ class Member:
     pin: str = ""  # a key of PINS
     blend: float = 0.0  # the policy's attention_blend
     floor: float = 1.0  # the floor of the top_k classes (pins are always floored at 1)
+    scorer: str = "window"  # a key of SCORERS: the statistic a blend reads, and whether per KV head
 
     def __post_init__(self):
         if self.pin not in PINS:
@@ -73,13 +76,18 @@ class Member:
             raise ValueError(f"floor must be in (0, 1], got {self.floor!r}")
         if self.top_k == 0 and self.floor != 1.0:  # no floored class: the same policy as floor 1
             object.__setattr__(self, "floor", 1.0)
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {', '.join(map(repr, SCORERS))}, got {self.scorer!r}")
+        if self.scorer != "window" and not self.blend:  # a scorer is read only with a blend: its start
+            object.__setattr__(self, "blend", SCORER_BLEND)
 
     @property
     def label(self) -> str:
         return (f"rank={self.rank} w={self.window_frac:g} k={self.top_k} alpha={self.alpha:g} "
                 f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else "")
                 + (f" blend={self.blend:g}" if self.blend else "")
-                + (f" floor={self.floor:g}" if self.floor != 1.0 else ""))
+                + (f" floor={self.floor:g}" if self.floor != 1.0 else "")
+                + (f" scorer={self.scorer}" if self.scorer != "window" else ""))
 
 
 #: the class sets a member may pin in every group (floor 1): none, the names a call copies, and the
@@ -89,6 +97,15 @@ PINS: dict[str, tuple[str, ...]] = {
     "names": ("TOOL_NAME", "PARAM_NAME"),
     "names+values": ("TOOL_NAME", "PARAM_NAME", "ENUM_VALUE", "QUERY_VALUE", "QUERY_TEXT"),
 }
+
+
+#: a member's ``scorer`` -> the policy's (attention_stat, head_split): SnapKV's window votes or
+#: KVzip's reconstruction scores, one set per group or per KV head
+SCORERS: dict[str, tuple[str, bool]] = {"window": ("window", False), "window/heads": ("window", True),
+                                        "kvzip": ("kvzip", False), "kvzip/heads": ("kvzip", True)}
+#: the blend a member that names a scorer other than ``window`` gets when it has none (so the
+#: scorer axis, visited at blend 0, tries every statistic; the blend axis then tunes it)
+SCORER_BLEND = 0.5
 
 
 #: the values the coordinate search tries per field, in the order the fields are visited
@@ -106,7 +123,7 @@ AXES: dict[str, tuple] = {
 JOINT_RANKS = ("joint",)
 #: the attention-informed family (``pask calibrate --attention-blend``): :data:`AXES` plus the
 #: blend, visited last; its policies run on the reference runner only, so it is opt-in
-BLEND_AXES: dict[str, tuple] = {**AXES, "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
+BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(SCORERS), "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
 #: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
 START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 
@@ -184,6 +201,8 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
         "attention_blend": member.blend,
+        "attention_stat": SCORERS[member.scorer][0],
+        "head_split": SCORERS[member.scorer][1],
         "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })

@@ -4,7 +4,7 @@ the coordinate search do on calib entries the choice never saw?
 The search scores every member on all ``n`` fit entries and keeps each entry's outcome (a row's
 ``"valid"``: 0/1 per fit entry, or ``"values"``: the teacher-forced value per entry). The fit
 entries are split into ``k`` folds by a seeded permutation (sizes differ by at most one). For fold
-``f`` the same coordinate search (:func:`~.search.coordinate_search`: same start, axes, passes and
+``f`` the same coordinate search (:func:`~.coordinate.coordinate_search`: same start, axes, passes and
 tie rule) runs on the other ``k - 1`` folds' outcomes only, and its choice is scored on fold ``f``.
 The estimate is the mean of the ``k`` held-fold scores, weighted by fold size; next to the chosen
 member's fit score it shows how much the choice fits calib noise. A member the full search never
@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sglang_pask.calibrate.coordinate import coordinate_search
 from sglang_pask.calibrate.family import Member
 from sglang_pask.eval.summary import aggregate
 
@@ -54,8 +55,6 @@ def kfold_estimate(score_member: Callable[[Member], dict], start: Member, axes: 
     ``{"k", "estimate", "fit": the chosen member's score on all fit entries, "agree": folds whose
     choice is ``chosen``, "folds": [{"n", "chosen", "train", "held"}]}`` (values as the objective:
     accuracy fractions, or minus the forced value)."""
-    from sglang_pask.calibrate.search import coordinate_search
-
     n = len(categories)
     parts = fold_indices(n, k, seed)
     folds = []

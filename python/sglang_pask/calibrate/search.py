@@ -27,11 +27,12 @@ the search is re-run on k - 1 folds at a time and its choices scored on the held
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from sglang_pask.calibrate.coordinate import coordinate_search
 from sglang_pask.calibrate.family import AXES, START, Member
 from sglang_pask.eval.api import gold_kl, gold_nll, score
 from sglang_pask.eval.data import Entry
@@ -102,35 +103,6 @@ def _kls(runner, method: str, entries, budget, settings, point: OperatingPoint, 
 def max_members(axes: dict = AXES, passes: int = 2) -> int:
     """An upper bound on the members :func:`search_budget` scores (for a progress bar)."""
     return 1 + passes * sum(len(v) - 1 for v in axes.values())
-
-
-def coordinate_search(objective: Callable[[Member], float], start: Member, axes: dict,
-                      passes: int) -> tuple[Member, list[Member], int]:
-    """Maximise ``objective`` over members by the coordinate rule of the module docstring.
-    ``objective`` is called once per distinct member, in the returned order. Returns (best, the
-    members in scoring order, passes made)."""
-    seen: dict[Member, float] = {}
-    order: list[Member] = []
-
-    def value(m: Member) -> float:
-        if m not in seen:
-            seen[m] = float(objective(m))
-            order.append(m)
-        return seen[m]
-
-    best, done = start, 0
-    value(best)
-    for _ in range(passes):
-        done += 1
-        moved = False
-        for field, values in axes.items():
-            challengers = [replace(best, **{field: v}) for v in values]
-            top = max(challengers, key=lambda m: (value(m), -challengers.index(m)))
-            if value(top) > value(best):
-                best, moved = top, True
-        if not moved:
-            break
-    return best, order, done
 
 
 def search_budget(runner, compile_member: Callable[[Member], object], entries: Sequence[Entry], budget: float,

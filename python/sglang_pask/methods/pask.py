@@ -24,8 +24,17 @@ Budget arithmetic, per compression point (``S = floor(b*L*T)``, ``L`` layers, gr
    window's attention (last :data:`OBSERVATION` queries) summed over the group's layers, max-
    pooled over the prefix (kernel :data:`KERNEL`) and divided by its maximum; the window's own
    positions vote 1. ``beta = 1`` is SnapKV's order among the residual, ``beta = 0`` the lookup.
+   ``attention_stat = "kvzip"`` takes ``v`` from KVzip's context-reconstruction scores instead
+   (:attr:`~.base.AttentionStats.kvzip_heads`: the most attention a position receives while the
+   model repeats the context; query-agnostic), summed over the group's layers, the most over the
+   KV heads, divided by its maximum, no pooling.
+6. **Head split** (``head_split``, with a blend): each KV head of a group keeps its own set of the
+   group's allocation -- the same anchors, floors and delimiters (their tiers are above the
+   residual's), the residual ranked by that head's votes (its own ``window_heads`` or
+   ``kvzip_heads`` row, pooled and scaled as above) -- and the layer holds the union (AdaKV's and
+   SnapKV's per-head form; budgets count per head, :mod:`.base`).
 
-Every layer of a group keeps the same set (one decision per group).
+Every layer of a group keeps the same set (one decision per group; per head with ``head_split``).
 """
 
 from __future__ import annotations
@@ -33,12 +42,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
-from sglang_pask.methods.scorer import max_pool, recency, top_n
+from sglang_pask.methods.scorer import max_pool, recency, top_n, union_selection
 from sglang_pask.policy.digest import policy_hash
 from sglang_pask.structure.classes import StructClass
 
@@ -54,6 +63,9 @@ DELIMITER = 2 * C + 4
 RESIDUAL = C + 2  # + (C - 1 - rank): [C+2, 2C+1]; blended: + [0, C], still below DELIMITER
 #: the attention-informed residual's observation window and pooling kernel (SnapKV's defaults)
 OBSERVATION, KERNEL = 32, 7
+#: the statistics the residual may be blended with, and the engine's field for each (group-wide,
+#: per KV head)
+STATS = {"window": ("window", "window_heads"), "kvzip": ("kvzip_heads", "kvzip_heads")}
 
 
 NO_POLICY = "pask needs a policy: pass --policy FILE (or policy=... in Python)"
@@ -71,12 +83,20 @@ class Pask(KVMethod):
     1), ``policy`` (required; compared, hashed and recorded by
     :func:`~sglang_pask.policy.digest.policy_hash`, shown in ``repr`` by its name only),
     ``span_delimiters``, ``attention_blend`` (None: the policy's; > 0 ranks the residual partly by
-    SnapKV's window votes and then needs ``attention.window``). Sinks and the recent window are
-    the policy's (:attr:`sinks`, :attr:`window`)."""
+    attention votes and then needs attention statistics), ``attention_stat`` (None: the policy's;
+    ``window``: SnapKV's observation-window votes, ``kvzip``: KVzip's reconstruction scores) and
+    ``head_split`` (None: the policy's; True: one set per KV head, module docstring step 6); both
+    matter only with a blend. Sinks and the recent window are the policy's (:attr:`sinks`,
+    :attr:`window`)."""
 
     name = "pask"
     per_group = True
-    record_omits = {"attention_blend": 0.0}  # the pure lookup records as before the field existed
+    # the pure lookup records as before these fields existed
+    record_omits = {"attention_blend": 0.0, "attention_stat": "window", "head_split": False}
+    #: KVzip's defaults for the ``kvzip`` statistic's reconstruction (the engine reads them as it
+    #: reads :class:`~.kvzip.KVzip`'s): chunk length, and the first positions every chunk sees
+    chunk_size: ClassVar[int] = 2048
+    n_sink: ClassVar[int] = 4
 
     budget: Optional[float] = None
     schedule: Optional[str] = None
@@ -84,6 +104,8 @@ class Pask(KVMethod):
     policy: Optional["Policy"] = field(default=None, compare=False, repr=False)
     span_delimiters: bool = True
     attention_blend: Optional[float] = None
+    attention_stat: Optional[str] = None
+    head_split: Optional[bool] = None
     policy_name: Optional[str] = field(init=False, default=None)
     policy_sha256: str = field(init=False, default="", repr=False)
 
@@ -101,9 +123,17 @@ class Pask(KVMethod):
         blend = self.policy.attention_blend if self.attention_blend is None else self.attention_blend
         self._check("attention_blend", isinstance(blend, (int, float)) and 0.0 <= blend <= 1.0, "must be in [0, 1]")
         self._set("attention_blend", float(blend))
-        # an instance attribute over the class's None: the registry's pask needs no statistics,
-        # an attention-informed one needs the window's (the engines ask the instance)
-        self._set("needs_attention", "window" if blend > 0 else None)
+        stat = self.policy.attention_stat if self.attention_stat is None else self.attention_stat
+        self._check("attention_stat", stat in STATS, f"must be one of {', '.join(STATS)}")
+        self._set("attention_stat", stat)
+        split = self.policy.head_split if self.head_split is None else self.head_split
+        self._check("head_split", isinstance(split, (bool, np.bool_)), "must be a bool")
+        self._set("head_split", bool(split))
+        # instance attributes over the class's: the registry's pask needs no statistics and keeps
+        # one set per group; an attention-informed one needs its statistic's (the engines ask the
+        # instance), and with head_split keeps one set per KV head
+        self._set("needs_attention", STATS[stat][int(self.head_split)] if blend > 0 else None)
+        self._set("per_head", blend > 0 and self.head_split)
         self._set("policy_name", self.policy.name)
         self._set("policy_sha256", policy_hash(self.policy))
 
@@ -113,6 +143,10 @@ class Pask(KVMethod):
         if "attention_blend" not in out and self.policy.attention_blend:  # 0 over a blending policy
             out["attention_blend"] = 0.0
         return out
+
+    @property
+    def blended(self) -> bool:
+        return self.attention_blend > 0
 
     @property
     def sinks(self) -> int:
@@ -172,7 +206,7 @@ class Pask(KVMethod):
             if need > 0:
                 protected[np.flatnonzero(of_c & ~anchor)[-need:]] = True
         score = RESIDUAL + (C - 1 - rank) + rec
-        if self.attention_blend > 0:
+        if self.blended and not self.head_split:
             b = self.attention_blend
             score = RESIDUAL + C * ((1.0 - b) * (C - 1 - rank + rec) / C + b * self._votes(view, g, held))
         score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
@@ -180,21 +214,40 @@ class Pask(KVMethod):
         score = np.where(sink, SINK + rec, score)
         return score, anchor | protected, protected
 
-    def _votes(self, view: CacheView, g: int, held: np.ndarray) -> np.ndarray:
-        """float ``[m]`` in [0, 1] for group ``g``'s held positions ``held`` ``[m]``: the window's
-        attention summed over the group's layers, max-pooled over the prefix and divided by its
-        maximum (0 where the prefix received none); the observation window itself votes 1."""
+    def _stats(self, view: CacheView) -> list[np.ndarray]:
         if view.attention is None:
-            raise ValueError("pask with attention_blend > 0 needs attention.window; the engine gave "
-                             "no attention statistics")
-        stats = view.attention.get("window", view)
-        votes = np.sum([stats[layer] for layer in view.groups[g]], axis=0)
+            raise ValueError(f"pask with attention_blend > 0 needs attention.{self.needs_attention}; the "
+                             "engine gave no attention statistics")
+        return view.attention.get(self.needs_attention, view)
+
+    def _scaled(self, view: CacheView, held: np.ndarray, votes: np.ndarray) -> np.ndarray:
+        """float ``[m]`` in [0, 1] from raw ``votes`` ``[m]`` at ``held`` ``[m]`` (module docstring
+        step 5): ``window``: max-pooled over the prefix and divided by its maximum (0 where the
+        prefix received none), the observation window itself 1; ``kvzip``: divided by its maximum."""
+        if self.attention_stat == "kvzip":
+            top = votes.max(initial=0.0)
+            return votes / top if top > 0 else np.zeros(held.size)
         observed = held >= view.seq_len - view.attention.window_size
         out = np.ones(held.size)
         pooled = max_pool(votes[~observed], KERNEL)
         top = pooled.max(initial=0.0)
         out[~observed] = pooled / top if top > 0 else 0.0
         return out
+
+    def _votes(self, view: CacheView, g: int, held: np.ndarray) -> np.ndarray:
+        """float ``[m]`` in [0, 1] for group ``g``'s held positions ``held`` ``[m]``: the
+        statistic summed over the group's layers (``kvzip``: the most over its KV heads first),
+        scaled by :meth:`_scaled`."""
+        stats = self._stats(view)
+        per = [stats[layer] if stats[layer].ndim == 1 else stats[layer].max(axis=0) for layer in view.groups[g]]
+        return self._scaled(view, held, np.sum(per, axis=0))
+
+    def _blend(self, score: np.ndarray, votes: np.ndarray) -> np.ndarray:
+        """``score`` with its residual tier re-ranked by ``votes`` (step 5): ``RESIDUAL + C * ((1 -
+        beta) * p + beta * v)``, ``p`` the lookup's order in [0, 1); the other tiers unchanged."""
+        b = self.attention_blend
+        residual = score < DELIMITER
+        return np.where(residual, RESIDUAL + C * ((1.0 - b) * (score - RESIDUAL) / C + b * votes), score)
 
     def _plan(self, view: CacheView):
         """(allocation [L], per-group scores or None, info)."""
@@ -248,6 +301,8 @@ class Pask(KVMethod):
 
     def select(self, view: CacheView) -> Selection:
         alloc, scores, info = self._plan(view)
+        if self.per_head:
+            return self._select_heads(view, alloc, scores, info)
         kept: list[np.ndarray] = [None] * view.num_layers  # type: ignore[list-item]
         for g, layers in enumerate(view.groups):
             held = view.retained[layers[0]]
@@ -257,6 +312,33 @@ class Pask(KVMethod):
             for layer in layers:
                 kept[layer] = chosen.copy()
         return Selection(kept, {"method": self.name, "allocation": alloc.tolist(), **info})
+
+    def _select_heads(self, view: CacheView, alloc: np.ndarray, scores, info: dict) -> Selection:
+        """Step 6 of the module docstring: per group and KV head ``h``, the top ``alloc`` of the
+        positions ``h`` holds by the lookup's tiers with the residual re-ranked by ``h``'s votes."""
+        stats = self._stats(view)
+        H = stats[0].shape[0]
+        per_layer: list = [None] * view.num_layers
+        for g, layers in enumerate(view.groups):
+            held = view.retained[layers[0]]
+            n = int(alloc[layers[0]])
+            owned = view.head_held(layers[0], H)  # [H, m]: the same in every layer of the group
+            sets = []
+            for h in range(H):
+                pos = held[owned[h]]
+                if n >= pos.size:
+                    sets.append(pos.copy())
+                    continue
+                if scores is None:  # only the protected tails fit (_plan's early return)
+                    sets.append(top_n(pos, np.zeros(pos.size), n, view.tail_start))
+                    continue
+                votes = self._scaled(view, pos, np.sum([stats[layer][h][owned[h]] for layer in layers], axis=0))
+                sets.append(top_n(pos, self._blend(scores[g][owned[h]], votes), n, view.tail_start))
+            for layer in layers:
+                per_layer[layer] = [k.copy() for k in sets]
+        sel = union_selection(self.name, alloc, per_layer)
+        sel.info.update(info)
+        return sel
 
     # ---- many requests at once (the server's batched compression) ----
 
@@ -295,7 +377,7 @@ class Pask(KVMethod):
         :meth:`_plan` runs in Python. Equal to :meth:`select` request by request."""
         from sglang_pask.methods.padded import top_n_mask
 
-        if self.attention_blend > 0:
+        if self.blended:
             raise ValueError("pask: the batched selection has no attention statistics "
                              f"(attention_blend = {self.attention_blend:g}); use select per request")
         L, G = batch.num_layers, len(batch.groups)

@@ -88,14 +88,21 @@ KV_HEADS = 2
 #: the options that change a method's rule, each with the value its test variant uses (the
 #: invariant matrices run every registered method as is and once per option it has)
 RULE_OPTIONS = {"per_head": True, "normalize": True, "attention_blend": 0.5}
+#: options that act only together with another (PASK's statistic and head split, read only with a
+#: blend): each dict is one more variant of every method that has all its fields
+JOINT_OPTIONS = ({"attention_blend": 0.5, "head_split": True},
+                 {"attention_blend": 0.5, "attention_stat": "kvzip"},
+                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True})
 
 
 def option_variants(cls) -> list[dict]:
-    """``[{}]`` plus one ``{option: value}`` per :data:`RULE_OPTIONS` entry that ``cls`` has."""
+    """``[{}]`` plus one ``{option: value}`` per :data:`RULE_OPTIONS` entry that ``cls`` has, plus
+    each :data:`JOINT_OPTIONS` set it has every field of."""
     import dataclasses
 
     names = {f.name for f in dataclasses.fields(cls)}
-    return [{}] + [{k: v} for k, v in RULE_OPTIONS.items() if k in names]
+    return ([{}] + [{k: v} for k, v in RULE_OPTIONS.items() if k in names]
+            + [dict(o) for o in JOINT_OPTIONS if set(o) <= names])
 
 
 def head_subsets(rng: np.random.Generator, held: np.ndarray, tail_start: int, heads: int,

@@ -12,6 +12,8 @@ names)::
      "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
      "sinks": 4, "recent_window": 16, "budget": 0.33,
      "attention_blend": 0.5,                     # optional (absent = 0): see Policy.attention_blend
+     "attention_stat": "kvzip",                  # optional (absent = "window"), with a blend
+     "head_split": true,                         # optional (absent = false), with a blend
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
@@ -96,6 +98,13 @@ class Policy(BaseModel):
     #: window votes at the compression point (:class:`~sglang_pask.methods.pask.Pask`), which needs
     #: attention statistics (the reference runner has them; the server refuses such a policy)
     attention_blend: float = 0.0
+    #: with a blend, the statistic it blends: ``window`` (the default, left out of the file and the
+    #: hash: SnapKV's observation-window votes) or ``kvzip`` (KVzip's context-reconstruction scores,
+    #: query-agnostic; one extra forward of the context per compression)
+    attention_stat: Literal["window", "kvzip"] = "window"
+    #: with a blend, True: one kept set per KV head inside a group (each head's residual by its own
+    #: votes; the default False is left out of the file and the hash)
+    head_split: bool = False
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
@@ -110,11 +119,13 @@ class Policy(BaseModel):
         return self
 
     def document(self) -> dict:
-        """The file form (JSON types): :meth:`model_dump` without ``attention_blend`` when it is 0,
-        so the pure-lookup policies read, write and hash as before the field existed."""
+        """The file form (JSON types): :meth:`model_dump` without ``attention_blend``,
+        ``attention_stat`` and ``head_split`` at their defaults (0, window, False), so the pure-
+        lookup policies read, write and hash as before the fields existed."""
         doc = self.model_dump(mode="json")
-        if not doc["attention_blend"]:
-            del doc["attention_blend"]
+        for key, default in (("attention_blend", 0.0), ("attention_stat", "window"), ("head_split", False)):
+            if doc[key] == default:
+                del doc[key]
         return doc
 
     # ---- lookups used by the pask method (class axis: StructClass ints) ----
@@ -198,6 +209,9 @@ def _problems(p: Policy):
         yield f"budget = {p.budget} is outside (0, 1]"
     if not (0.0 <= p.attention_blend <= 1.0):  # NaN fails too
         yield f"attention_blend = {p.attention_blend} is outside [0, 1]"
+    if not p.attention_blend and (p.attention_stat != "window" or p.head_split):
+        yield (f"attention_stat = {p.attention_stat!r} / head_split = {p.head_split} need attention_blend > 0 "
+               "(the pure lookup reads no statistic)")
     if p.format in OLD_FORMATS and p.operating_point is not None:
         yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
     if p.operating_point is not None:

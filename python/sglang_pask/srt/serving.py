@@ -161,6 +161,14 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         kv = make_method(name, budget, policy=policy, **options)
+        from sglang_pask.srt.window_stats import KINDS  # torch: only here, as server_methods
+
+        if kv.needs_attention not in (None, *KINDS):
+            raise ValueError(f"--pask-policy {policy_path}: its residual blends attention_stat "
+                             f"{kv.attention_stat!r}{' per KV head (head_split)' if kv.head_split else ''}, "
+                             f"which reads attention statistics ({kv.needs_attention}) that the server does "
+                             f"not record (it records {', '.join(KINDS)}); use `pask eval --backend hf` "
+                             "for this policy")
     else:
         kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),
                          **options)
