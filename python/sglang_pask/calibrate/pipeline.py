@@ -84,6 +84,11 @@ class Config:
     #: code, whose measured stages (sensitivity, distortion) this run adopts instead of measuring
     #: them again; the record says so (``reused``). Not part of :meth:`record_key`.
     reuse_stages: Optional[str] = None
+    #: a calibration record of the same fit entries, baseline and operating point (any budgets,
+    #: axes, passes or code): its scored members (each with per-entry outcomes) are reused, so this
+    #: search scores only members it lacks -- e.g. the attention-informed family after the lookup
+    #: one. Not part of :meth:`record_key`; the record says what was reused.
+    reuse_search: Optional[str] = None
     #: search :data:`~.family.BLEND_AXES` (the attention-informed residual) instead of :data:`~.family.AXES`
     attention_blend: bool = False
     #: the registry method every member and the check are paired with (the strongest on calib)
@@ -107,7 +112,7 @@ class Config:
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
                             "search_passes", "search_objective", "reuse_stages", "attention_blend",
-                            "baseline", "folds")}
+                            "baseline", "folds", "reuse_search")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -240,6 +245,31 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     return taken
 
 
+#: configuration fields a record whose scored members are reused may differ in (the members are
+#: the same policies scored on the same fit entries, paired with the same baseline)
+SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets")
+
+
+def reused_rows(path: str, key: dict, budget: str) -> dict:
+    """``{label: row}`` of every member the record at ``path`` scored at ``budget`` (its search's
+    rows and the members only its k-fold scored), each with per-entry outcomes. Its configuration
+    must equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that
+    differs otherwise); a budget it did not search gives ``{}``."""
+    other = json.loads(Path(path).read_text())
+    theirs = dict(other.get("config", {}))
+    for k in sorted(set(key) | set(theirs)):
+        if k not in SEARCH_FREE and key.get(k, LEGACY.get(k)) != theirs.get(k, LEGACY.get(k)):
+            raise ReuseError(f"--reuse-search {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
+    s = other.get("search", {}).get(budget)
+    if s is None:
+        return {}
+    rows = s["rows"] + s.get("kfold_rows", [])
+    if any("valid" not in r and "values" not in r for r in rows):
+        raise ReuseError(f"--reuse-search {path}: its rows at b={budget} hold no per-entry outcomes "
+                         "(written before they were recorded)")
+    return {r["label"]: r for r in rows}
+
+
 def calibrate(cfg: Config) -> dict:
     """Run the pipeline (module docstring); returns the measurement document (also written)."""
     t0 = time.perf_counter()
@@ -308,6 +338,13 @@ def calibrate(cfg: Config) -> dict:
             t = time.perf_counter()
             # member by member: a rerun resumes from the members scored so far (same code and config)
             partial = doc.setdefault("search_progress", {}).setdefault(k, {})
+            if cfg.reuse_search and "reused_rows" not in partial:
+                lent = reused_rows(cfg.reuse_search, key, k)
+                partial.setdefault("rows", {}).update({lab: r for lab, r in lent.items() if lab not in partial["rows"]})
+                partial["reused_rows"] = sorted(lent)
+                doc.setdefault("reused_search", {})[k] = {"record": cfg.reuse_search, "members": len(lent)}
+                print(f"pask calibrate: b={k}: {len(lent)} scored members reused from {cfg.reuse_search}",
+                      file=sys.stderr)
             before = partial.get("seconds", 0.0)  # spent by earlier invocations
 
             def save_progress(before=before, t=t, partial=partial):
