@@ -11,7 +11,10 @@
 # prior; pask with the calibrated per-budget policies (policies/NAME.b<b>.json); and the ablations:
 # floors only (residual shares equal), residual only (floors 0), without span delimiters, and the
 # 0.33 policy used at the other budgets; pask calibrated with --attention-blend ($ATTN). Newer baselines (issue 24): SnapKV and PyramidKV per KV
-# head (their authors' form), AdaKV, Expected Attention and KVzip, with kvpress's defaults.
+# head (their authors' form), AdaKV, Expected Attention and KVzip, with kvpress's defaults. The
+# sturdier calibration (issue 24: 360 fit entries, paired with KVzip, 5-fold estimate, joint probe,
+# fractional floors; $STURDY) and its attention-informed family (SnapKV's or KVzip's statistic, per
+# group or per KV head; $STURDY_ATTN), when those files exist.
 # Runs are resumable (rerun to finish); JOBS at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,8 @@ MAIN=${MAIN:-0.33}
 POLICIES=${POLICIES:-policies/$NAME}       # the calibrated files are $POLICIES.b<b>.json
 ATTN=${ATTN:-policies/$NAME.attn}           # calibrated with --attention-blend: $ATTN.b<b>.json
 PRIOR=${PRIOR:-policies/$NAME.prior.json}
+STURDY=${STURDY:-policies/$NAME.sturdy}     # $STURDY.b<b>.json
+STURDY_ATTN=${STURDY_ATTN:-policies/$NAME.sturdy-attn}  # $STURDY_ATTN.b<b>.json
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
 JOBS=${JOBS:-2}
@@ -60,6 +65,8 @@ for b in $BUDGETS; do
   ev "pask-calibrated-$b" --method pask --policy "$cal" --budget "$b"
   # the attention-informed calibration (its search could pick a blend of SnapKV's window votes)
   [[ -f "$ATTN.b$b.json" ]] && ev "pask-attn-$b" --method pask --policy "$ATTN.b$b.json" --budget "$b"
+  [[ -f "$STURDY.b$b.json" ]] && ev "pask-sturdy-$b" --method pask --policy "$STURDY.b$b.json" --budget "$b"
+  [[ -f "$STURDY_ATTN.b$b.json" ]] && ev "pask-sturdy-attn-$b" --method pask --policy "$STURDY_ATTN.b$b.json" --budget "$b"
   ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
   ev "pask-residual-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.residual-only.json" --budget "$b"
   ev "pask-no-delimiters-$b" --method pask --policy "$cal" --method-opt span_delimiters=false --budget "$b"
@@ -83,12 +90,24 @@ if [[ -f "$ATTN.b$MAIN.json" ]]; then
   .venv/bin/python bench/paired_table.py --runs "pask(attention-informed)=$OUT/pask-attn-{b}" \
     --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-attn.md"
 fi
+for v in sturdy sturdy-attn; do
+  stem=$STURDY; [[ $v == sturdy-attn ]] && stem=$STURDY_ATTN
+  [[ -f "$stem.b$MAIN.json" ]] || continue
+  .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" "${bases[@]}" \
+    --budgets "$commas" --out "$RESULTS/vs-strongest-baseline-$v.md"
+  .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" \
+    --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-$v.md"
+done
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
-{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN)"
+{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   ls "$ATTN".b*.json >/dev/null 2>&1 && \
     echo "attention-informed policies: $(sha256sum "$ATTN".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
+  for stem in "$STURDY" "$STURDY_ATTN"; do
+    ls "$stem".b*.json >/dev/null 2>&1 && \
+      echo "policies ($(basename "$stem")): $(sha256sum "$stem".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
+  done
   echo "threads per run: OMP_NUM_THREADS=$OMP_NUM_THREADS, JOBS=$JOBS"
   echo "wall: ${SECONDS}s (this invocation; runs are resumed, so a rerun only reports)"; } | tee "$RESULTS/meta.txt"
