@@ -100,6 +100,13 @@ for v in sturdy sturdy-attn; do
 done
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
+cals=()  # each calibration's chosen members: fit, k-fold, held-out calib, eval
+for pair in "lookup (shipped)=$POLICIES=pask-calibrated" "attention-informed=$ATTN=pask-attn" \
+            "sturdy lookup=$STURDY=pask-sturdy" "sturdy attention-informed=$STURDY_ATTN=pask-sturdy-attn"; do
+  IFS== read -r label stem dir <<< "$pair"
+  [[ -f "$stem.calibration.json" ]] && cals+=(--calibration "$label=$stem.calibration.json=$OUT/$dir-{b}")
+done
+.venv/bin/python bench/calibration_summary.py "${cals[@]}" --budgets "$commas" --out "$RESULTS/calibration-summary.md" > /dev/null
 { echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
