@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 given=""  # the command as run: the variables it was given (before the defaults below)
-for v in MODEL DATA OUT REPEAT RESULTS BUDGETS; do [[ -n "${!v+x}" ]] && given+="$v=\"${!v}\" "; done
+for v in MODEL DATA OUT REPEAT RESULTS BUDGETS RESUME; do [[ -n "${!v+x}" ]] && given+="$v=\"${!v}\" "; done
 MODEL=${MODEL:-models/pask-tiny-fc}
 NAME=$(basename "$MODEL")
 DATA=${DATA:-synthetic:calib:300:tiny}
@@ -24,14 +24,15 @@ ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets "$BUDGETS" --schedule
       --fit-n 200 --probe-n 40 "${extra[@]}")
 mkdir -p "$RESULTS"
 stem=${OUT%.json}
-rm -f "$stem.calibration.json"  # a fresh run: no resumed phases, so the wall time is the whole cost
+# a fresh run: no resumed phases, so the wall time is the whole cost (RESUME=1: continue the record)
+[[ -n "${RESUME:-}" ]] || rm -f "$stem.calibration.json"
 SECONDS=0
 .venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
 first=$SECONDS
 policies=("$OUT" "$stem".b*.json)
 lines=("command: $given${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
        "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
-       "wall (first run, fresh): ${first}s")
+       "wall (${RESUME:+resumed; }first run${RESUME:-, fresh}): ${first}s")
 for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
 if [[ -n "$REPEAT" ]]; then
   rm -rf "$REPEAT" && mkdir -p "$REPEAT"

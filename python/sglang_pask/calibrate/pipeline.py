@@ -254,7 +254,7 @@ def reused_rows(path: str, key: dict, budget: str) -> dict:
     """``{label: row}`` of every member the record at ``path`` scored at ``budget`` (its search's
     rows and the members only its k-fold scored), each with per-entry outcomes. Its configuration
     must equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that
-    differs otherwise); a budget it did not search gives ``{}``."""
+    differs otherwise, or a budget it has not searched, e.g. while it still runs)."""
     other = json.loads(Path(path).read_text())
     theirs = dict(other.get("config", {}))
     for k in sorted(set(key) | set(theirs)):
@@ -262,7 +262,8 @@ def reused_rows(path: str, key: dict, budget: str) -> dict:
             raise ReuseError(f"--reuse-search {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
     s = other.get("search", {}).get(budget)
     if s is None:
-        return {}
+        raise ReuseError(f"--reuse-search {path}: it holds no finished search at b={budget} (rerun this "
+                         "command once it does: finished budgets are kept)")
     rows = s["rows"] + s.get("kfold_rows", [])
     if any("valid" not in r and "values" not in r for r in rows):
         raise ReuseError(f"--reuse-search {path}: its rows at b={budget} hold no per-entry outcomes "
