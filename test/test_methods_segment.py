@@ -15,9 +15,10 @@ from sglang_pask.methods.segment import check_method, own_held, own_kept, own_vi
 from sglang_pask.methods.testing import KV_HEADS, random_view
 from test_methods_invariants import BUDGETS, VARIANTS, build, check_invariants
 
-#: per-KV-head rules (an option or the class's own) do not compress by segments (segment.check_method)
+#: per-KV-head rules (an option, PASK's head split, or the class's own) do not compress by
+#: segments (segment.check_method)
 SEG_VARIANTS = [(n, o, s) for n, o, s in VARIANTS
-                if not (o.get("per_head") or getattr(METHODS[n], "per_head", False) is True)]
+                if not (o.get("per_head") or o.get("head_split") or getattr(METHODS[n], "per_head", False) is True)]
 IDS = [f"{n}{''.join(f'[{k}]' for k in o)}-{s}" for n, o, s in SEG_VARIANTS]
 
 
@@ -34,7 +35,8 @@ def test_segment_then_own(name, options, schedule, seed, budget, cut):
     rng = np.random.default_rng(seed)
     stats = AttentionStats(accumulated=[rng.random(s) for _ in range(L)], window=[rng.random(s) for _ in range(L)],
                            window_size=view.attention.window_size if view.attention else 8,
-                           window_heads=[rng.random((KV_HEADS, s)) for _ in range(L)])
+                           window_heads=[rng.random((KV_HEADS, s)) for _ in range(L)],
+                           kvzip_heads=[rng.random((KV_HEADS, s)) for _ in range(L)])
     seg = segment_kept(method, L, view.groups, view.classes[:s], attention=stats)
     again = segment_kept(method, L, view.groups, view.classes[:s].copy(), attention=stats)
     assert all(np.array_equal(a, b) for a, b in zip(seg, again)), "segment not deterministic"

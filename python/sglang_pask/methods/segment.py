@@ -103,7 +103,9 @@ def own_view(num_layers: int, groups: Sequence[Sequence[int]], seq_len: int, cla
             return [np.asarray(a)[:, m] if two_d else np.asarray(a)[m] for a, m in zip(arrays, masks)]
         stats = AttentionStats(accumulated=cut(attention.accumulated), window=cut(attention.window),
                                window_size=attention.window_size,
-                               window_heads=cut(attention.window_heads, two_d=True))
+                               window_heads=cut(attention.window_heads, two_d=True),
+                               expected_heads=cut(attention.expected_heads, two_d=True),
+                               kvzip_heads=cut(attention.kvzip_heads, two_d=True))
     return CacheView(num_layers=num_layers, groups=groups, seq_len=seq_len - s,
                      classes=np.asarray(classes, np.int64)[s:seq_len],
                      retained=[np.asarray(r, np.int64)[m] - s for r, m in zip(retained, masks)],
