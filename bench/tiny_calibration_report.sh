@@ -92,11 +92,12 @@ if [[ -f "$ATTN.b$MAIN.json" ]]; then
 fi
 for v in sturdy sturdy-attn; do
   stem=$STURDY; [[ $v == sturdy-attn ]] && stem=$STURDY_ATTN
-  [[ -f "$stem.b$MAIN.json" ]] || continue
+  have=""; for b in $BUDGETS; do [[ -f "$stem.b$b.json" ]] && have+="${have:+,}$b"; done
+  [[ -n "$have" ]] || continue
   .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" "${bases[@]}" \
-    --budgets "$commas" --out "$RESULTS/vs-strongest-baseline-$v.md"
+    --budgets "$have" --out "$RESULTS/vs-strongest-baseline-$v.md"
   .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" \
-    --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-$v.md"
+    --baseline "full=$OUT/full" --budgets "$have" --out "$RESULTS/vs-full-$v.md"
 done
 .venv/bin/python bench/paired_table.py --runs "pask(calibrated)=$OUT/pask-calibrated-{b}" \
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
