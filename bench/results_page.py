@@ -101,6 +101,11 @@ ORDER: dict[str, str] = {
     "(`--attention-blend`; stages reused from the shipped run), into `policies/pask-tiny-fc.attn*.json` "
     "(run with `OUT=policies/pask-tiny-fc.attn.json REPEAT= RESULTS=bench/results/pask-tiny-fc-calibration-attn`; "
     "the script's meta line then recorded EXTRA only). Its report: `policies/pask-tiny-fc.attn.calibration.md`.",
+    "pask-tiny-fc-calibration-sturdy": "The sturdier calibration (600 calib entries: 360 fit, 240 held out; "
+    "every member paired with KVzip; a 5-fold estimate of the search; the joint probe and fractional floors), "
+    "into `policies/pask-tiny-fc.sturdy*.json`. Its report: `policies/pask-tiny-fc.sturdy.calibration.md`.",
+    "pask-tiny-fc-calibration-sturdy-attn": "Its attention-informed family (SnapKV's or KVzip's statistic, per "
+    "group or per KV head), reusing the lookup members it scored, into `policies/pask-tiny-fc.sturdy-attn*.json`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
     "eval entries each, reference runner, prefill; calibrated PASK against the baselines and Full KV.",
     "gpu-check-h200": "The GPU script on a lent H200: csrc's CUDA build and tests, the operators' "
