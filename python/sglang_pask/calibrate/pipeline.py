@@ -225,16 +225,23 @@ SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attentio
 LEGACY = {"segment": "none"}
 
 
+def _matching_record(path: str, key: dict, free: tuple, flag: str) -> tuple[dict, dict]:
+    """(the record at ``path``, its configuration), which must equal ``key`` except for the fields
+    in ``free`` (ReuseError naming ``flag`` and the first field that differs otherwise)."""
+    other = json.loads(Path(path).read_text())
+    theirs = dict(other.get("config", {}))
+    for k in sorted(set(key) | set(theirs)):
+        if k not in free and key.get(k, LEGACY.get(k)) != theirs.get(k, LEGACY.get(k)):
+            raise ReuseError(f"{flag} {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
+    return other, theirs
+
+
 def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     """Copy into ``doc`` the stages it lacks from the record at ``path``, whose configuration must
     equal ``key`` except for the code that wrote it and :data:`SEARCH_ONLY` (ValueError naming the
     first field that differs otherwise). Returns the stages adopted; ``doc["reused"]`` names them
     and their code."""
-    other = json.loads(Path(path).read_text())
-    theirs = dict(other.get("config", {}))
-    for k in sorted(set(key) | set(theirs)):
-        if k not in SEARCH_ONLY and key.get(k, LEGACY.get(k)) != theirs.get(k, LEGACY.get(k)):
-            raise ReuseError(f"--reuse-stages {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
+    other, theirs = _matching_record(path, key, SEARCH_ONLY, "--reuse-stages")
     taken = [s for s in REUSABLE_STAGES if s not in doc and s in other]
     for s in taken:
         doc[s] = other[s]
@@ -255,11 +262,7 @@ def reused_rows(path: str, key: dict, budget: str) -> dict:
     rows and the members only its k-fold scored), each with per-entry outcomes. Its configuration
     must equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that
     differs otherwise, or a budget it has not searched, e.g. while it still runs)."""
-    other = json.loads(Path(path).read_text())
-    theirs = dict(other.get("config", {}))
-    for k in sorted(set(key) | set(theirs)):
-        if k not in SEARCH_FREE and key.get(k, LEGACY.get(k)) != theirs.get(k, LEGACY.get(k)):
-            raise ReuseError(f"--reuse-search {path}: its {k} is {theirs.get(k)!r}, this run's {key.get(k)!r}")
+    other, _ = _matching_record(path, key, SEARCH_FREE, "--reuse-search")
     s = other.get("search", {}).get(budget)
     if s is None:
         raise ReuseError(f"--reuse-search {path}: it holds no finished search at b={budget} (rerun this "
