@@ -520,7 +520,7 @@ def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     mine, theirs = (json.loads(p.read_text()) for p in (out.with_name("blend.calibration.json"), first))
     lent = {r["label"]: r for r in theirs["search"]["0.33"]["rows"] + theirs["search"]["0.33"]["kfold_rows"]}
-    assert mine["reused_search"]["0.33"]["members"] == len(lent) > 0
+    assert mine["reused_search"]["0.33"] == [{"record": str(first), "members": len(lent)}] and lent
     rows = mine["search"]["0.33"]["rows"] + mine["search"]["0.33"]["kfold_rows"]
     new = [r for r in rows if r["label"] not in lent]
     assert all(r == lent[r["label"]] for r in rows if r["label"] in lent)  # taken as is
@@ -528,3 +528,28 @@ def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):
     assert "members scored by" in out.with_name("blend.calibration.md").read_text()
     other = _pask(*[a if a != "11" else "12" for a in ARGS], "--reuse-search", first, "--out", tmp_path / "x.json")
     assert other.returncode == 2 and "--reuse-search" in other.stderr and "its seed is 11" in other.stderr
+
+
+def test_reuse_search_takes_a_stopped_search_and_several_records(runs, tmp_path):
+    """A record whose search at a budget stopped part way lends the members it scored so far; with
+    several records the first to score a member lends it; a record that scored nothing at a budget
+    is refused naming it."""
+    first = runs[0].with_name("toy.calibration.json")
+    doc = json.loads(first.read_text())
+    rows = doc["search"]["0.33"]["rows"] + doc["search"]["0.33"]["kfold_rows"]
+    stopped = dict(doc, search={k: v for k, v in doc["search"].items() if k != "0.33"},
+                   search_progress={"0.33": {"rows": {r["label"]: r for r in rows[:2]}}})
+    part = tmp_path / "stopped.calibration.json"
+    part.write_text(json.dumps(stopped))
+    out = tmp_path / "again.json"
+    args = [*ARGS[:ARGS.index("--budgets")], "--budgets", "0.33", *ARGS[ARGS.index("--budgets") + 2:]]
+    res = _pask(*args, "--reuse-search", part, "--reuse-search", first, "--out", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    mine = json.loads(out.with_name("again.calibration.json").read_text())
+    assert mine["reused_search"]["0.33"] == [{"record": str(part), "members": 2},
+                                             {"record": str(first), "members": len(rows) - 2}]
+    assert mine["search"]["0.33"]["best_member"] == doc["search"]["0.33"]["best_member"]
+    empty = tmp_path / "empty.calibration.json"
+    empty.write_text(json.dumps(dict(doc, search={})))
+    refused = _pask(*args, "--reuse-search", empty, "--out", tmp_path / "y.json")
+    assert refused.returncode == 2 and "scored no member at b=0.33" in refused.stderr

@@ -73,10 +73,12 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse-stages", default=None, metavar="RECORD",
                    help="a NAME.calibration.json of the same configuration written by other code: adopt its "
                         "sensitivity and distortion instead of measuring them (the record and report say so)")
-    p.add_argument("--reuse-search", default=None, metavar="RECORD",
+    p.add_argument("--reuse-search", action="append", default=[], metavar="RECORD",
                    help="a NAME.calibration.json of the same fit entries, baseline and operating point: reuse "
-                        "every member it scored (with per-entry outcomes), so this search scores only the "
-                        "members it lacks (e.g. --attention-blend after the lookup family)")
+                        "every member it scored (with per-entry outcomes; a search it has not finished lends "
+                        "the members scored so far), so this search scores only the members it lacks (e.g. "
+                        "--attention-blend after the lookup family); repeat for several records (the first "
+                        "to score a member lends it)")
     p.add_argument("--out", required=True, help="policy file; per-budget files and the report go beside it")
 
 
@@ -99,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
                      reuse_stages=args.reuse_stages, attention_blend=args.attention_blend,
-                     baseline=args.baseline, folds=args.folds, reuse_search=args.reuse_search)
+                     baseline=args.baseline, folds=args.folds, reuse_search=tuple(args.reuse_search))
         from pathlib import Path
 
-        for flag, path in (("--reuse-stages", cfg.reuse_stages), ("--reuse-search", cfg.reuse_search)):
+        for flag, path in (("--reuse-stages", cfg.reuse_stages), *(("--reuse-search", r) for r in cfg.reuse_search)):
             if path and not Path(path).is_file():
                 raise ValueError(f"{flag} {path}: no such file")
     except ValueError as e:

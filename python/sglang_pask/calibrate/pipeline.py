@@ -88,7 +88,8 @@ class Config:
     #: axes, passes or code): its scored members (each with per-entry outcomes) are reused, so this
     #: search scores only members it lacks -- e.g. the attention-informed family after the lookup
     #: one. Not part of :meth:`record_key`; the record says what was reused.
-    reuse_search: Optional[str] = None
+    #: NAME.calibration.json records whose scored members this search takes (:func:`reused_rows`)
+    reuse_search: tuple = ()
     #: search :data:`~.family.BLEND_AXES` (the attention-informed residual) instead of :data:`~.family.AXES`
     attention_blend: bool = False
     #: the registry method every member and the check are paired with (the strongest on calib)
@@ -257,21 +258,27 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
 SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets")
 
 
-def reused_rows(path: str, key: dict, budget: str) -> dict:
-    """``{label: row}`` of every member the record at ``path`` scored at ``budget`` (its search's
-    rows and the members only its k-fold scored), each with per-entry outcomes. Its configuration
-    must equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that
-    differs otherwise, or a budget it has not searched, e.g. while it still runs)."""
+def reused_rows(path: str, key: dict, budget: str) -> tuple[dict, Optional[list]]:
+    """(``{label: row}`` of every member the record at ``path`` scored at ``budget``, the baseline's
+    per-entry outcomes where the record holds them, else None). The members are its search's rows
+    and those only its k-fold scored, or, for a search it has not finished (stopped, or still
+    running), the members scored so far; each with per-entry outcomes. Its configuration must
+    equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that differs
+    otherwise, or a budget at which it scored nothing)."""
     other, _ = _matching_record(path, key, SEARCH_FREE, "--reuse-search")
     s = other.get("search", {}).get(budget)
-    if s is None:
-        raise ReuseError(f"--reuse-search {path}: it holds no finished search at b={budget} (rerun this "
-                         "command once it does: finished budgets are kept)")
-    rows = s["rows"] + s.get("kfold_rows", [])
+    partial = other.get("search_progress", {}).get(budget, {})
+    if s is not None:
+        rows, base = s["rows"] + s.get("kfold_rows", []), None
+    elif partial.get("rows"):
+        rows, base = list(partial["rows"].values()), partial.get("baseline")
+    else:
+        raise ReuseError(f"--reuse-search {path}: it scored no member at b={budget} (rerun this command "
+                         "once it has: finished budgets and scored members are kept)")
     if any("valid" not in r and "values" not in r for r in rows):
         raise ReuseError(f"--reuse-search {path}: its rows at b={budget} hold no per-entry outcomes "
                          "(written before they were recorded)")
-    return {r["label"]: r for r in rows}
+    return {r["label"]: r for r in rows}, base
 
 
 def calibrate(cfg: Config) -> dict:
@@ -343,12 +350,18 @@ def calibrate(cfg: Config) -> dict:
             # member by member: a rerun resumes from the members scored so far (same code and config)
             partial = doc.setdefault("search_progress", {}).setdefault(k, {})
             if cfg.reuse_search and "reused_rows" not in partial:
-                lent = reused_rows(cfg.reuse_search, key, k)
-                partial.setdefault("rows", {}).update({lab: r for lab, r in lent.items() if lab not in partial["rows"]})
-                partial["reused_rows"] = sorted(lent)
-                doc.setdefault("reused_search", {})[k] = {"record": cfg.reuse_search, "members": len(lent)}
-                print(f"pask calibrate: b={k}: {len(lent)} scored members reused from {cfg.reuse_search}",
-                      file=sys.stderr)
+                lent_from = []
+                for path in cfg.reuse_search:  # the first record to score a member lends it
+                    lent, base = reused_rows(path, key, k)
+                    fresh = {lab: r for lab, r in lent.items() if lab not in partial.get("rows", {})}
+                    partial.setdefault("rows", {}).update(fresh)
+                    if base is not None and "baseline" not in partial:
+                        partial["baseline"] = base
+                    lent_from.append({"record": path, "members": len(fresh)})
+                    print(f"pask calibrate: b={k}: {len(fresh)} scored members reused from {path}",
+                          file=sys.stderr)
+                partial["reused_rows"] = sorted(partial["rows"])
+                doc.setdefault("reused_search", {})[k] = lent_from
             before = partial.get("seconds", 0.0)  # spent by earlier invocations
 
             def save_progress(before=before, t=t, partial=partial):

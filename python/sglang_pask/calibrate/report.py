@@ -106,7 +106,8 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              f"{sizes.get('probe')} probe (S, D) within {sizes.get('fit')} fit (family search); "
              f"{sizes.get('check')} held-out check. Code: {cfg['code']}.", "",
              *_reused_line(doc.get("reused", {})),
-             *[line for b, r in doc.get("reused_search", {}).items()
+             *[line for b, lent in doc.get("reused_search", {}).items()
+               for r in (lent if isinstance(lent, list) else [lent])  # older records: one dict
                for line in (f"b = {b}: {r['members']} members scored by `{r['record']}` (same fit entries, "
                             "baseline and operating point) were reused, not scored again.", "")],
              *_engine_line(cfg),
