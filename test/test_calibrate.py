@@ -553,3 +553,8 @@ def test_reuse_search_takes_a_stopped_search_and_several_records(runs, tmp_path)
     empty.write_text(json.dumps(dict(doc, search={})))
     refused = _pask(*args, "--reuse-search", empty, "--out", tmp_path / "y.json")
     assert refused.returncode == 2 and "scored no member at b=0.33" in refused.stderr
+    # beside one that did, a record that scored nothing at the budget lends nothing
+    res = _pask(*args, "--reuse-search", empty, "--reuse-search", first, "--out", tmp_path / "z.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [r["members"] for r in json.loads(tmp_path.joinpath("z.calibration.json").read_text())
+            ["reused_search"]["0.33"]] == [0, len(rows)]

@@ -264,17 +264,14 @@ def reused_rows(path: str, key: dict, budget: str) -> tuple[dict, Optional[list]
     and those only its k-fold scored, or, for a search it has not finished (stopped, or still
     running), the members scored so far; each with per-entry outcomes. Its configuration must
     equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that differs
-    otherwise, or a budget at which it scored nothing)."""
+    otherwise); ``{}`` where it scored nothing at ``budget``."""
     other, _ = _matching_record(path, key, SEARCH_FREE, "--reuse-search")
     s = other.get("search", {}).get(budget)
     partial = other.get("search_progress", {}).get(budget, {})
     if s is not None:
         rows, base = s["rows"] + s.get("kfold_rows", []), None
-    elif partial.get("rows"):
-        rows, base = list(partial["rows"].values()), partial.get("baseline")
     else:
-        raise ReuseError(f"--reuse-search {path}: it scored no member at b={budget} (rerun this command "
-                         "once it has: finished budgets and scored members are kept)")
+        rows, base = list(partial.get("rows", {}).values()), partial.get("baseline")
     if any("valid" not in r and "values" not in r for r in rows):
         raise ReuseError(f"--reuse-search {path}: its rows at b={budget} hold no per-entry outcomes "
                          "(written before they were recorded)")
@@ -360,6 +357,10 @@ def calibrate(cfg: Config) -> dict:
                     lent_from.append({"record": path, "members": len(fresh)})
                     print(f"pask calibrate: b={k}: {len(fresh)} scored members reused from {path}",
                           file=sys.stderr)
+                if not sum(r["members"] for r in lent_from):
+                    raise ReuseError(f"--reuse-search: {', '.join(cfg.reuse_search)} scored no member at "
+                                     f"b={k} (rerun this command once one has: finished budgets and scored "
+                                     "members are kept)")
                 partial["reused_rows"] = sorted(partial["rows"])
                 doc.setdefault("reused_search", {})[k] = lent_from
             before = partial.get("seconds", 0.0)  # spent by earlier invocations
