@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/qwen2.5-coder-0.5b-instruct")
     p.add_argument("--budget", type=float, default=0.33)
-    p.add_argument("--methods", default="full,streaming,snapkv,snapkv:per_head=true,pask",
+    p.add_argument("--methods", default="full,streaming,snapkv:per_head=false,snapkv:per_head=true,pask",
                    help="comma list; pask once per --policies entry")
     p.add_argument("--policies", default="policies/qwen2.5-coder-0.5b-instruct.json",
                    help="comma list of policies for pask")

@@ -31,7 +31,7 @@ SECONDS=0
 common=(--model "$MODEL" --data "bfcl:all:eval=$K" --schedules prefill
         --tool-choice required --max-tokens "$MAX_TOKENS" --no-progress)
 $PASK sweep "${common[@]}" --budgets "$BUDGETS" --policy "$PRIOR" \
-  --methods full,streaming,snapkv,snapkv:per_head=true,pyramidkv,h2o:normalize=true,pask \
+  --methods full,streaming,snapkv:per_head=false,snapkv:per_head=true,pyramidkv:per_head=false,h2o:normalize=true,pask \
   --out "$OUT/prior" --results "$RESULTS/prior"
 cells() { for d in "$@"; do [[ -f "$d/summary.json" ]] && echo "$d"; done; }  # run folders only
 mapfile -t runs < <(cells "$OUT"/prior/*/)
@@ -56,8 +56,8 @@ if [[ -n "${CALIBRATED:-}" ]]; then
   commas=$BUDGETS
   cal="pask(calibrated)=$OUT/calibrated-b{b}/pask-prefill-{b}"
   bases=()
-  for m in streaming snapkv snapkv+per_head=true pyramidkv h2o+normalize=true; do
-    bases+=(--baseline "${m//=true/}=$OUT/prior/$m-prefill-{b}")  # label: no '='
+  for m in streaming snapkv+per_head=false snapkv+per_head=true pyramidkv+per_head=false h2o+normalize=true; do
+    bases+=(--baseline "$(sed "s/=true//; s/+per_head=false//" <<< "$m")=$OUT/prior/$m-prefill-{b}")  # label: no '='
   done
   .venv/bin/python bench/paired_table.py --runs "$cal" "${bases[@]}" --budgets "$commas" \
     --out "$RESULTS/vs-strongest-baseline.md"

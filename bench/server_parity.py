@@ -136,16 +136,18 @@ def main(argv=None) -> int:
              "per unit at every compression point; 'until divergence' compares the compressions both engines "
              "made from identical inputs (decode steps up to the first differing generated token, after which "
              "the classes and lengths they see differ). The full row compresses nothing: how often the two "
-             "engines' tokens differ from numerics alone (fp32, different attention kernels).", "",
+             "engines' tokens differ from numerics alone (fp32, different attention kernels). A per-KV-head "
+             "method's compressions also compare each head's own set ('per head').", "",
              "| method | budget | requests | identical kept positions (every compression) | "
-             "identical kept positions until divergence | identical tokens | compressions compared |",
+             "identical kept positions until divergence | identical tokens | compressions compared (per head) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         s = r["summary"]
         lines.append(f"| {r['method']} | {r['budget']:g} | {s['requests']} | {s['kept_identical']} "
                      f"({s['kept_identical_pct']}%) | {s['kept_identical_until_divergence']} "
                      f"({s['kept_identical_until_divergence_pct']}%) | {s['tokens_identical']} "
-                     f"({s['tokens_identical_pct']}%) | {s['compressions_compared']} |")
+                     f"({s['tokens_identical_pct']}%) | {s['compressions_compared']} "
+                     f"({s.get('per_head_compressions', 0)}) |")
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     commit = code_version()[0]

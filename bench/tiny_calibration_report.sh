@@ -6,7 +6,7 @@
 # `pask calibrate` on the calib split.
 #   bash bench/tiny_calibration_report.sh
 # Rows: full; the baselines (streaming, h2o as in its paper, h2o with kvpress's normalised scores,
-# snapkv, pyramidkv, random) under the prefill schedule, the stronger schedule for every one of them
+# snapkv and pyramidkv per layer, random) under the prefill schedule, the stronger schedule for every one of them
 # on the calib split (bench/results/pask-tiny-fc-calib-baselines-n100); pask with the uncalibrated
 # prior; pask with the calibrated per-budget policies (policies/NAME.b<b>.json); and the ablations:
 # floors only (residual shares equal), residual only (floors 0), without span delimiters, and the
@@ -52,7 +52,10 @@ for b in $BUDGETS; do
   for v in floors-only residual-only; do
     $PASK policy ablate "$cal" --variant "$v" --out "$OUT/policies/$NAME.b$b.$v.json" > /dev/null
   done
-  for m in streaming h2o snapkv pyramidkv random; do ev "$m-$b" --method "$m" --budget "$b"; done
+  for m in streaming h2o random; do ev "$m-$b" --method "$m" --budget "$b"; done
+  # SnapKV and PyramidKV per layer (votes summed over all heads; the default before it became
+  # per KV head, as their authors run them: the per-head rows below)
+  for m in snapkv pyramidkv; do ev "$m-$b" --method "$m" --method-opt per_head=false --budget "$b"; done
   ev "h2o-normalized-$b" --method h2o --method-opt normalize=true --budget "$b"
   # the per-KV-head forms (SnapKV's and PyramidKV's authors, kvpress) and the 2025 baselines, each
   # at its stronger schedule on calib (bench/results/pask-tiny-fc-calib-baselines-2025-n100)

@@ -217,8 +217,13 @@ def test_segment_mode_search_scores_under_the_segment_rule(tmp_path, capsys):
     assert cli.main([*base, "--own-budget", "1", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert "--own-budget needs --segment system" in err, err
+    # SnapKV per KV head (the default baseline) keeps no segments: refused, naming the way out
+    assert cli.main([*base, "--segment", "system", "--own-budget", "1", "--out", str(tmp_path / "y.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--baseline snapkv: snapkv: per_head selection does not support segment compression" in err, err
+    assert "snapkv:per_head=false" in err
     out = tmp_path / "seg.json"
-    res = _pask(*base, "--segment", "system", "--own-budget", "1", "--out", out)
+    res = _pask(*base, "--segment", "system", "--own-budget", "1", "--baseline", "snapkv:per_head=false", "--out", out)
     assert res.returncode == 0, res.stderr[-3000:]
     assert load_policy(out, model_dir=FC).point == OperatingPoint("prefill", 1, SegmentRule("system", own_budget=1.0))
     md = out.with_name("seg.calibration.md").read_text()
@@ -484,7 +489,11 @@ def test_calibrate_refuses_a_bad_baseline_or_fold_count():
     with pytest.raises(ValueError, match="--folds must be 0"):
         Config(**base, folds=3)  # more folds than fit entries
     assert Config(**base, baseline="kvzip", folds=2).record_key()["baseline"] == "kvzip"
-    assert "baseline" not in Config(**base).record_key() and "folds" not in Config(**base).record_key()
+    # always named: a record that names none paired with SnapKV per layer (the default before)
+    assert Config(**base).record_key()["baseline"] == "snapkv" and "folds" not in Config(**base).record_key()
+    assert Config(**base, baseline="snapkv:per_head=false").record_key()["baseline"] == "snapkv:per_head=false"
+    with pytest.raises(ValueError, match="--baseline snapkv:nosuch=1: "):
+        Config(**base, baseline="snapkv:nosuch=1")
 
 
 def test_scorer_members_compile_to_the_policy_statistic_and_head_split():

@@ -134,6 +134,19 @@ def test_resume_with_other_settings_refused(tmp_path):
         run_eval(ENTRIES[:2], Scripted(), tmp_path, Settings(max_tokens=65), {"data": "a"}, progress=False)
 
 
+def test_resume_with_options_that_resolve_to_the_same_method(tmp_path):
+    """A default spelt out (the options differ, the resolved method does not) resumes the run;
+    options that change the method are refused."""
+    snap = {"name": "snapkv", "per_head": False}
+    run_eval(ENTRIES[:2], Scripted(), tmp_path, S, {"method": snap, "method_options": {}}, progress=False)
+    b = Scripted()
+    run_eval(ENTRIES[:2], b, tmp_path, S, {"method": snap, "method_options": {"per_head": False}}, progress=False)
+    assert not b.calls  # resumed: every entry was done
+    with pytest.raises(ValueError, match="method"):
+        run_eval(ENTRIES[:2], Scripted(), tmp_path, S, {"method": {**snap, "per_head": True},
+                                                         "method_options": {"per_head": True}}, progress=False)
+
+
 def _rec(cat, valid):
     return {"category": cat, "valid": valid, "error_type": "" if valid else "e"}
 

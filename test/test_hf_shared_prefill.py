@@ -20,7 +20,8 @@ NEW = 12
 #: test_hf_runner's tool request, under a longer system message
 REQ = {**TOOLS_REQ, "messages": [{"role": "system", "content": "You call tools. Answer with one call."},
                                  TOOLS_REQ["messages"][1]]}
-#: every statistics kind: none (full, streaming, pask), window (snapkv, pyramidkv), accumulated (h2o)
+#: every statistics kind: none (full, streaming, pask), window per KV head (snapkv, pyramidkv: per head by
+#: default), accumulated (h2o)
 CELLS = [("full", None, None)] + [(m, s, 0.33) for m in ("streaming", "snapkv", "pyramidkv", "h2o", "pask")
                                   for s in ("prefill", "continuous")] + [("snapkv", "continuous", 0.2)]
 
@@ -57,7 +58,7 @@ def test_shared_prefill_equals_each_runners_own_generate(base, runners):
     finally:
         hook.remove()
     kinds = {r.cache_spec() for r in runners}
-    assert {k for k, _ in kinds} == {None, "window", "accumulated"}
+    assert {k for k, _ in kinds} == {None, "window_heads", "accumulated"}
     assert len(prompt_forwards) == len(kinds)  # one prompt forward per statistics kind
     for r, (m, s, b), got in zip(runners, CELLS, shared):
         own = r.generate(REQ, NEW)

@@ -38,13 +38,13 @@ def test_h2o_keeps_heavy_hitters_and_recent_half():
     assert {3, 17, 42} <= set(kept.tolist())
 
 
-def test_snapkv_pooling_keeps_the_neighbourhood_of_a_vote():
+def test_snapkv_pooling_keeps_the_neighbourhood_of_a_vote():  # per layer (per head: below)
     votes = np.zeros(100)
     votes[40], votes[70] = 5.0, 1.0
     view = one_layer(100, window=[votes], window_size=8)
-    kept = make_method("snapkv", 0.15, kernel_size=7).select(view).kept[0]  # n = 15
+    kept = make_method("snapkv", 0.15, kernel_size=7, per_head=False).select(view).kept[0]  # n = 15
     assert kept.tolist() == [*range(37, 44), *range(92, 100)]  # 40 +- 3, then the window
-    plain = make_method("snapkv", 0.15, kernel_size=1).select(view).kept[0]
+    plain = make_method("snapkv", 0.15, kernel_size=1, per_head=False).select(view).kept[0]
     assert plain.tolist() == [40, 70, *range(87, 100)]  # no pooling: ties go to recency
 
 
@@ -102,11 +102,11 @@ def test_pyramidkv_layer_budgets_follow_kvpress_with_the_window_floor_and_fallba
     if (T, L, b) == (190, 4, 0.5):
         assert pyr.tolist() == [158, 116, 74, 32]
     # within a layer, pyramidkv is snapkv at that layer's budget
-    sel = make_method("pyramidkv", b).select(view)
+    sel = make_method("pyramidkv", b, per_head=False).select(view)
     for layer in range(L):
         one = CacheView(1, [[0]], T, view.classes, [np.arange(T)], attention=AttentionStats(
             window=[view.attention.window[layer]], window_size=32))
-        snap = make_method("snapkv", len(sel.kept[layer]) / T + 1e-12).select(one).kept[0]
+        snap = make_method("snapkv", len(sel.kept[layer]) / T + 1e-12, per_head=False).select(one).kept[0]
         assert np.array_equal(sel.kept[layer], snap)
 
 
@@ -125,7 +125,7 @@ def test_snapkv_pools_the_prefix_only_and_keeps_the_window():
     votes[T - w:] = 100.0  # the window's own column mass: not pooled over
     votes[10] = 1.0
     view = one_layer(T, window=[votes], window_size=w)
-    kept = make_method("snapkv", 15 / T, kernel_size=7).select(view).kept[0]
+    kept = make_method("snapkv", 15 / T, kernel_size=7, per_head=False).select(view).kept[0]
     # 8 window + 7 prefix: 51 +- 3 clipped to the prefix = 48..51 (4), then 10's neighbourhood
     assert set(range(T - w, T)) <= set(kept.tolist())
     assert set(range(48, 52)) <= set(kept.tolist())
@@ -134,7 +134,7 @@ def test_snapkv_pools_the_prefix_only_and_keeps_the_window():
 
 def test_snapkv_defaults_are_the_references():
     m = make_method("snapkv", 0.5)
-    assert (m.window, m.kernel_size, m.pooling, m.per_head) == (32, 7, "max", False)
+    assert (m.window, m.kernel_size, m.pooling, m.per_head) == (32, 7, "max", True)  # as the authors: per KV head
     assert make_method("pyramidkv", 0.5).beta == 20.0
     assert make_method("streaming", 0.5).sinks == 4
     h = make_method("h2o", 0.5)

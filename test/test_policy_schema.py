@@ -217,16 +217,20 @@ def test_the_server_serves_an_attention_informed_policy_from_window_statistics(t
     assert build_config(write(tmp_path, doc)).method.needs_attention is None
 
 
-def test_a_kvzip_or_head_split_blend_is_refused_by_the_server_by_name(tmp_path, doc):
-    """The statistic and the head split need a blend; a policy whose blend reads per-head or KVzip
-    statistics (which the server does not record) is refused at start-up, naming them."""
+def test_a_kvzip_blend_is_refused_by_the_server_by_name(tmp_path, doc):
+    """The statistic and the head split need a blend; a policy whose blend reads KVzip's
+    statistics (which the server does not record) is refused at start-up, naming them; one whose
+    blend reads the window per KV head (head_split) is served."""
     from sglang_pask.srt.serving import build_config
 
-    for extra, need in (({"attention_stat": "kvzip"}, "kvzip_heads"), ({"head_split": True}, "window_heads")):
+    for extra in ({"attention_stat": "kvzip"}, {"head_split": True}):
         with pytest.raises(ValueError, match="need attention_blend > 0"):
             load_policy(write(tmp_path, {**doc, **extra}))
-        with pytest.raises(ValueError, match=rf"attention statistics \({need}\) that the server does not record"):
+    for extra in ({"attention_stat": "kvzip"}, {"attention_stat": "kvzip", "head_split": True}):
+        with pytest.raises(ValueError, match=r"attention statistics \(kvzip_heads\) that the server does not record"):
             build_config(write(tmp_path, {**doc, **extra, "attention_blend": 0.5}))
+    assert build_config(write(tmp_path, {**doc, "head_split": True, "attention_blend": 0.5})
+                        ).method.needs_attention == "window_heads"
     p = load_policy(write(tmp_path, {**doc, "attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True}))
     assert p.document()["attention_stat"] == "kvzip" and p.document()["head_split"] is True
     assert "attention_stat" not in load_policy(write(tmp_path, doc)).document()  # defaults stay out of files

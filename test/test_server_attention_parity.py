@@ -1,9 +1,11 @@
 """Methods that read attention statistics, served for real: a live server (the trained tiny
 model, radix cache off) answers three synthetic requests through the openai client, and the
 reference runner generates for the same bodies at the same method, budget and schedule
-(``bench/server_parity.py``, which starts and stops the server). SnapKV (per layer) and the
-attention-informed PASK policy at 0.33 under ``prefill``: every compression keeps the same
-positions per unit in both engines, and the generated tokens are the same."""
+(``bench/server_parity.py``, which starts and stops the server). SnapKV (per KV head, its default),
+AdaKV, the attention-informed PASK policy at 0.33 (one set per group) and the same policy with
+``head_split`` (one set per KV head in each group) under ``prefill``: every compression keeps the
+same positions per unit in both engines -- for the per-head methods, also each KV head's own set
+(the server's :mod:`sglang_pask.srt.head_masks`) -- and the generated tokens are the same."""
 
 from __future__ import annotations
 
@@ -16,17 +18,24 @@ import pytest
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
+ATTN = ROOT / "policies/pask-tiny-fc.attn.b0.33.json"
 
 CASES = {
     "snapkv": ["--method", "snapkv"],
-    "pask-attention-informed": ["--method", "pask", "--policy", "policies/pask-tiny-fc.attn.b0.33.json"],
+    "adakv": ["--method", "adakv"],
+    "pask-attention-informed": ["--method", "pask", "--policy", str(ATTN)],
+    "pask-attention-informed-per-head": ["--method", "pask", "--policy", "{heads}"],
 }
+PER_HEAD = {"snapkv", "adakv", "pask-attention-informed-per-head"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_server_keeps_what_the_runner_keeps(name, tmp_path):
     out = tmp_path / "parity"
-    r = subprocess.run([sys.executable, "bench/server_parity.py", *CASES[name], "--n", "3", "--budgets", "0.33",
+    heads = tmp_path / "attn-per-head.json"  # the calibrated policy, its residual split per KV head
+    heads.write_text(json.dumps({**json.loads(ATTN.read_text()), "head_split": True}))
+    args = [a.format(heads=heads) for a in CASES[name]]
+    r = subprocess.run([sys.executable, "bench/server_parity.py", *args, "--n", "3", "--budgets", "0.33",
                         "--schedule", "prefill", "--no-full", "--max-tokens", "64", "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -35,3 +44,4 @@ def test_server_keeps_what_the_runner_keeps(name, tmp_path):
     assert s["requests"] == 3 and s["compressions_compared"] == 3, s
     assert s["kept_identical"] == 3, result["rows"]
     assert s["tokens_identical"] == 3, result["rows"]
+    assert s["per_head_compressions"] == (3 if name in PER_HEAD else 0), s

@@ -376,12 +376,12 @@ def test_load_no_leak_no_crash(persist_server, client):
 # -- 3. bad flags fail fast ---------------------------------------------------------------------
 
 BAD_FLAGS = {
-    "adakv": (["--pask-method", "adakv"],
-              "error: --pask-method: 'adakv' needs attention statistics (window_heads) that the server does not "
-              "record; the server runs: full, streaming, h2o, snapkv, pyramidkv, pask, random (use `pask eval "
-              "--backend hf` for adakv)"),
+    "kvzip": (["--pask-method", "kvzip"],
+              "error: --pask-method: 'kvzip' needs attention statistics (kvzip_heads) that the server does not "
+              "record; the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, pask, random (use `pask "
+              "eval --backend hf` for kvzip)"),
     "unknown-method": (["--pask-method", "nosuch"], "error: --pask-method: unknown method 'nosuch' "
-                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, pask, random)"),
+                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, pask, random)"),
     "budget-0": (["--pask-budget", "0"], "error: --pask-budget must be in (0, 1], got 0"),
     "budget-1.5": (["--pask-budget", "1.5"], "error: --pask-budget must be in (0, 1], got 1.5"),
     "schedule-weekly": (["--pask-schedule", "weekly"],

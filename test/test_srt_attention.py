@@ -7,17 +7,21 @@ pytest.importorskip("sglang")
 from sglang_pask.srt.attention import sparse_attention  # noqa: E402
 
 
-def _naive(q, k, v, q_pos, k_pos, scale):
+def _naive(q, k, v, q_pos, k_pos, scale, allow=None):
     rep = q.shape[0] // k.shape[0]
     k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
     s = torch.einsum("hqd,hkd->hqk", q, k) * scale
     if q_pos is not None:
         s = s.masked_fill(~(k_pos[None, :] <= q_pos[:, None])[None], float("-inf"))
+    if allow is not None:  # query head h reads KV head h // rep's keys only
+        for h in range(q.shape[0]):
+            s[h, :, ~allow[h // rep]] = float("-inf")
     return torch.einsum("hqk,hkd->hqd", s.softmax(-1), v)
 
 
+@pytest.mark.parametrize("heads", [False, True])
 @pytest.mark.parametrize("case", ["fresh prefill", "prefill after drops", "extend", "decode"])
-def test_matches_masked_softmax(case):
+def test_matches_masked_softmax(case, heads):
     g = torch.Generator().manual_seed(0)
     H, HK, D, T = 4, 2, 16, 12
     kpos = {"fresh prefill": torch.arange(T), "prefill after drops": torch.tensor([0, 1, 4, 7, 9, 10, 11]),
@@ -27,8 +31,14 @@ def test_matches_masked_softmax(case):
     nq = 1 if qpos is None else len(qpos)
     q = torch.randn(H, nq, D, generator=g)
     k, v = torch.randn(HK, len(kpos), D, generator=g), torch.randn(HK, len(kpos), D, generator=g)
-    got = sparse_attention(q, k, v, qpos, kpos, D ** -0.5, enable_gqa=True)
-    torch.testing.assert_close(got, _naive(q, k, v, qpos, kpos, D ** -0.5), rtol=1e-5, atol=1e-5)
+    # a per-head selection: KV head 1 no longer reads every other key after the first, before the
+    # last (the first and the newest -- the current step -- are every head's: no query reads nothing)
+    allow = None
+    if heads:
+        allow = torch.ones(HK, len(kpos), dtype=torch.bool)
+        allow[1, 1: len(kpos) - 1: 2] = False
+    got = sparse_attention(q, k, v, qpos, kpos, D ** -0.5, enable_gqa=True, allow=allow)
+    torch.testing.assert_close(got, _naive(q, k, v, qpos, kpos, D ** -0.5, allow), rtol=1e-5, atol=1e-5)
 
 
 def _random_batch(seed, B=5, full=160, unit=100, width=30):

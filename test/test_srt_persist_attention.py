@@ -52,15 +52,15 @@ def _feed(rig, req, first: int, end: int, gen: torch.Generator) -> None:
 
 
 def test_the_server_runs_the_methods_whose_statistics_it_records():
-    assert ATTENTION_METHODS == ["h2o", "snapkv", "pyramidkv"]
-    assert not {"adakv", "expected_attention", "kvzip"} & set(server_methods())
+    assert ATTENTION_METHODS == ["h2o", "snapkv", "pyramidkv", "adakv"]
+    assert not {"expected_attention", "kvzip"} & set(server_methods())
 
 
 @pytest.mark.parametrize("schedule", ["prefill", "continuous"])
 @pytest.mark.parametrize("method", ATTENTION_METHODS)
 def test_compress_keeps_what_the_method_selects_from_the_recorded_statistics(method, schedule):
     config = serving_config(method, 0.33, schedule=schedule, interval=2)
-    rec = window_stats.setup(config.method)
+    rec = window_stats.setup(config.method, kv_heads=1)
     assert rec.kind == config.method.needs_attention
     gen = torch.Generator().manual_seed(0)
     rig = Rig(config)

@@ -57,11 +57,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "blended with SnapKV's window votes (policy field attention_blend, tried at 0, "
                         "0.25, 0.5, 0.75, 1, after the other axes). Such policies run on the reference "
                         "runner and on the server's torch backend (the server records the window's attention)")
-    from sglang_pask.methods import METHODS
-
-    p.add_argument("--baseline", default="snapkv", choices=[m for m in METHODS if m != "pask"],
+    p.add_argument("--baseline", default="snapkv", metavar="METHOD[:OPT=V...]",
                    help="the method every search member and the held-out check are paired with, at the same "
-                        "schedule and budget: pass the strongest one on calib (default snapkv)")
+                        "schedule and budget: pass the strongest one on calib (default snapkv, per KV head; "
+                        "options as in `pask sweep --methods`, e.g. snapkv:per_head=false, which the segment "
+                        "rule needs)")
     p.add_argument("--folds", type=int, default=0, metavar="K",
                    help="K > 1: the K-fold estimate of the search on the fit entries (the search re-run on "
                         "K-1 folds, its choice scored on the held one), reported next to the chosen member's "

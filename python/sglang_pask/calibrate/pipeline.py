@@ -128,8 +128,9 @@ class Config:
             key["search_objective"] = self.search_objective
         if self.attention_blend:
             key["attention_blend"] = True
-        if self.baseline != "snapkv":
-            key["baseline"] = self.baseline
+        # always named: records written before SnapKV became per-head by default, which name no
+        # baseline, paired with SnapKV per layer and must not match a run paired per head
+        key["baseline"] = self.baseline
         if self.folds:
             key["folds"] = self.folds
         for k in ("segment_budget", "segment_prefill"):
@@ -159,11 +160,22 @@ class Config:
             raise ValueError(f"--prefill-memo-mb must be >= 0, got {self.prefill_memo_mb}")
         if self.folds == 1 or self.folds < 0 or self.folds > self.fit_n:
             raise ValueError(f"--folds must be 0 (none) or in 2..--fit-n ({self.fit_n}), got {self.folds}")
-        from sglang_pask.methods import METHODS
+        from sglang_pask.methods import METHODS, make_method
+        from sglang_pask.methods.options import parse_method_spec
+        from sglang_pask.methods.segment import check_method
 
-        if self.baseline not in METHODS or self.baseline == "pask":
-            raise ValueError(f"--baseline must be a registry method other than pask "
-                             f"({', '.join(m for m in METHODS if m != 'pask')}), got {self.baseline!r}")
+        name, opts = parse_method_spec(self.baseline)
+        if name not in METHODS or name == "pask":
+            raise ValueError(f"--baseline must be a registry method other than pask, with options as "
+                             f"`pask eval --method-opt` takes them (e.g. snapkv:per_head=false; methods: "
+                             f"{', '.join(m for m in METHODS if m != 'pask')}), got {self.baseline!r}")
+        try:
+            base = make_method(name, self.main_budget, **opts)
+            if self.segment_rule.active:
+                check_method(base)
+        except (TypeError, ValueError) as e:
+            hint = " (under --segment system; e.g. snapkv:per_head=false)" if self.segment_rule.active else ""
+            raise ValueError(f"--baseline {self.baseline}: {e}{hint}") from None
         if self.main_budget not in self.budgets:
             raise ValueError(f"--main-budget {self.main_budget:g} is not one of --budgets")
 

@@ -68,9 +68,19 @@ def accuracy(records: Sequence[dict]) -> float:
     return float(aggregate(cats)["mean"]) if cats else 0.0
 
 
+def _spec(method: str, policy=None) -> tuple[str, dict]:
+    """(registry name, keyword arguments) of a method spec such as ``snapkv:per_head=false``
+    (``--baseline``; :func:`~sglang_pask.methods.options.parse_method_spec`), with ``policy``."""
+    from sglang_pask.methods.options import parse_method_spec
+
+    name, opts = parse_method_spec(method)
+    return name, {**opts, **({"policy": policy} if policy is not None else {})}
+
+
 def _baseline(runner, entries, budget, settings, point: OperatingPoint, method: str = BASELINE[0]) -> list[dict]:
-    return score(runner, method, entries, budget=budget, schedule=point.schedule, interval=point.interval,
-                 settings=settings, segment_rule=point.segment)
+    name, kw = _spec(method)
+    return score(runner, name, entries, budget=budget, schedule=point.schedule, interval=point.interval,
+                 settings=settings, segment_rule=point.segment, **kw)
 
 
 def _pask(runner, policy, entries, budget, settings, point: OperatingPoint) -> list[dict]:
@@ -79,8 +89,8 @@ def _pask(runner, policy, entries, budget, settings, point: OperatingPoint) -> l
 
 
 def _nlls(runner, method: str, entries, budget, settings, point: OperatingPoint, policy=None) -> list[float]:
-    """Per entry, the gold call's teacher-forced NLL per token under ``method`` at ``point``."""
-    kw = {"policy": policy} if policy is not None else {}
+    """Per entry, the gold call's teacher-forced NLL per token under ``method`` (a spec) at ``point``."""
+    method, kw = _spec(method, policy)
     return [gold_nll(runner, method, e, budget=budget, schedule=point.schedule, interval=point.interval,
                      settings=settings, segment_rule=point.segment, **kw).mean for e in entries]
 
@@ -90,7 +100,7 @@ def _kls(runner, method: str, entries, budget, settings, point: OperatingPoint, 
     """Per entry, the mean KL from Full KV along the gold call under ``method`` at ``point``.
     ``references``: entry id -> Full KV's forced run with its distributions, filled on first use
     (shared across budgets and members: Full KV has no budget)."""
-    kw = {"policy": policy} if policy is not None else {}
+    method, kw = _spec(method, policy)
     out = []
     for e in entries:
         if e.id not in references:

@@ -131,7 +131,11 @@ def _check_resume(out: Path, config: dict) -> None:
     run_file = out / "run.json"
     if run_file.exists():
         old = json.loads(run_file.read_text(encoding="utf-8"))
-        diff = sorted(k for k in set(old) | set(config) if k not in _MUTABLE_KEYS and old.get(k) != config.get(k))
+        # options that resolve to the same method (every field, "method") are the same run: e.g.
+        # a default spelt out after it changed (`--method-opt per_head=false` for SnapKV)
+        same = ("method_options",) if "method" in old and old.get("method") == config.get("method") else ()
+        diff = sorted(k for k in set(old) | set(config)
+                      if k not in _MUTABLE_KEYS + same and old.get(k) != config.get(k))
         if diff:
             pairs = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff)
             raise ValueError(f"{out} holds a run with other settings ({pairs}); use another --out")

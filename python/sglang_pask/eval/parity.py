@@ -3,14 +3,17 @@ SGLang server (``--pask-kept-log``, ``--pask-tag-log``) and through :class:`~sgl
 (``grammar="sglang"``: the server's own constraint pipeline), compared request by request.
 
 A trace is ``{"prompt_ids", "output_ids", "compressions": [(step, seq_len, {unit: kept})]}``,
-``kept`` the logical positions a unit holds after that compression. Alignment (both engines
+``kept`` the logical positions a unit holds after that compression; after a per-KV-head selection,
+``[kept]`` followed by each KV head's own positions (so both the union and every head's set are
+compared). Alignment (both engines
 compress with the KV of positions ``0 .. seq_len-1`` written, ``step`` = decode steps so far):
 the runner also compresses once after forwarding the second-to-last token, which the server never
 does (the request finishes when the last token is sampled), so the server's list must equal the
 runner's list or the runner's list without its last entry.
 
 Server log records (JSON lines; this module reads files, it does not import the plugin):
-``kept-*.jsonl``: ``{"rid", "step", "seq_len", "kept": {unit: positions}}``;
+``kept-*.jsonl``: ``{"rid", "step", "seq_len", "kept": {unit: positions}}`` (per-head selections:
+also ``"heads": {unit: [positions per KV head]}``);
 ``prompt-*.jsonl`` / ``output-*.jsonl``: ``{"rid", "token_ids"}`` / ``{"rid", "output_ids"}``.
 """
 
@@ -37,8 +40,10 @@ def server_traces(kept_dir: str, tag_dir: str) -> dict[tuple, dict]:
     outputs = {r["rid"]: r["output_ids"] for r in _lines(os.path.join(tag_dir, "output-*.jsonl"))}
     comps: dict[str, list] = {}
     for r in _lines(os.path.join(kept_dir, "kept-*.jsonl")):
+        heads = r.get("heads", {})
         comps.setdefault(r["rid"], []).append(
-            (r["step"], r["seq_len"], {int(u): list(k) for u, k in r["kept"].items()}))
+            (r["step"], r["seq_len"], {int(u): [list(k), *heads[u]] if u in heads else list(k)
+                                       for u, k in r["kept"].items()}))
     out = {}
     for rid, ids in prompts.items():
         if rid in outputs:
@@ -50,7 +55,13 @@ def server_traces(kept_dir: str, tag_dir: str) -> dict[tuple, dict]:
 def runner_trace(runner, body: dict, units: Sequence[Sequence[int]], max_new_tokens: int) -> dict:
     """The runner's trace for one chat request body (greedy)."""
     res = runner.generate(body, max_new_tokens=max_new_tokens)
-    comps = [(c.step, c.seq_len, {u: [int(p) for p in c.kept[layers[0]]] for u, layers in enumerate(units)})
+    def unit_kept(c, layers):
+        kept = [int(p) for p in c.kept[layers[0]]]
+        if c.head_mask is None or c.head_mask[layers[0]] is None:
+            return kept
+        return [kept, *([int(p) for p in c.kept[layers[0]][m]] for m in c.head_mask[layers[0]])]
+
+    comps = [(c.step, c.seq_len, {u: unit_kept(c, layers) for u, layers in enumerate(units)})
              for c in res.compressions]
     return {"prompt_ids": list(res.prompt_ids), "output_ids": list(res.token_ids), "compressions": comps}
 
@@ -73,7 +84,8 @@ def compare(server: dict, runner: dict) -> dict:
     i.e. at decode steps ``<= token_diff`` (the first differing output token: a compression at step
     k sees output tokens 0..k-1), so a divergence of the generated tokens -- which changes the
     classes and lengths every later compression sees -- is not counted twice; ``first_diff``: the
-    first differing compression (index), ``token_diff``."""
+    first differing compression (index), ``token_diff``; ``per_head_compressions``: the server's
+    compressions that carry each KV head's set (compared with the runner's like the union)."""
     s, r = server["compressions"], runner["compressions"]
     first = next((i for i, (a, b) in enumerate(zip(s, r)) if a != b), None)
     if first is None and not _aligned(s, r):
@@ -83,8 +95,9 @@ def compare(server: dict, runner: dict) -> dict:
         until = _aligned(s, r)
     else:
         until = [c for c in s if c[0] <= d] == [c for c in r if c[0] <= d]
+    per_head = sum(any(k and isinstance(k[0], list) for k in c[2].values()) for c in s)
     return {"tokens_equal": d is None, "kept_equal": _aligned(s, r), "kept_equal_until_divergence": until,
-            "compressions": len(s), "first_diff": first, "token_diff": d,
+            "compressions": len(s), "per_head_compressions": per_head, "first_diff": first, "token_diff": d,
             "output_tokens": [len(server["output_ids"]), len(runner["output_ids"])]}
 
 
@@ -101,4 +114,6 @@ def summarize(rows: list[dict]) -> dict:
     return {"requests": n, "tokens_identical": tok, "kept_identical": kept, "kept_identical_until_divergence": until,
             "tokens_identical_pct": pct(tok), "kept_identical_pct": pct(kept),
             "kept_identical_until_divergence_pct": pct(until),
-            "compressions_compared": sum(r["compressions"] for r in rows)}
+            "compressions_compared": sum(r["compressions"] for r in rows),
+            # those whose units carry each KV head's own set (a per-head selection), compared too
+            "per_head_compressions": sum(r.get("per_head_compressions", 0) for r in rows)}

@@ -27,18 +27,22 @@ class SnapKV(ScorerMethod):
     Needs ``attention.window`` (per retained position, summed over heads and the window's queries)
     and ``attention.window_size`` (the engine records the last ``window`` queries). Pooling runs
     over the layer's retained prefix positions in order (after an earlier compression, neighbours
-    in the cache). ``per_head=False``: one kept set per layer, votes summed over all heads;
-    ``per_head=True``: as the originals, one set per KV head (votes ``attention.window_heads``:
-    summed over the query heads of each KV group, then pooled; the originals pool per query head
-    and average the group), each head keeping the layer's allocation; the layer's ``kept`` is the
-    union and :attr:`Selection.head_mask` says which head keeps what."""
+    in the cache). ``per_head=True`` (the default): as the authors run it, one set per KV head
+    (votes ``attention.window_heads``: summed over the query heads of each KV group, then pooled;
+    the originals pool per query head and average the group), each head keeping the layer's
+    allocation; the layer's ``kept`` is the union and :attr:`Selection.head_mask` says which head
+    keeps what. The reference code selects per head: SnapKV's ``SnapKVCluster.update_kv`` takes
+    ``topk`` over ``[bsz, heads, prefix]`` and gathers per head; kvpress 8bb29b9 ``ScorerPress``
+    (``SnapKVPress`` scores ``[bsz, kv_heads, q_len]``) keeps each KV head's top ``n_kept``.
+    ``per_head=False``: one kept set per layer, votes summed over all heads (what this project
+    ran as SnapKV before; tables name the option)."""
 
     name = "snapkv"
 
     window: int = 32
     kernel_size: int = 7
     pooling: str = "max"
-    per_head: bool = False
+    per_head: bool = True
 
     def __post_init__(self):
         super().__post_init__()

@@ -18,6 +18,10 @@ dropped) takes SDPA's causal path, which equals the position mask and skips buil
 When the serving method needs attention statistics (:mod:`.window_stats`), every request's queries
 of every layer are handed to the recorder, with the held keys they attended to (request by request:
 a decode batch is batched only while no row of it is recorded).
+
+After a per-KV-head selection (:mod:`.head_masks`) a request's query heads read only their KV
+head's positions: the position mask gets a head axis (``[heads, nq, nk]``), request by request (a
+decode batch is batched only while no row of it has a head mask).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
-from sglang_pask.srt import segment_views, window_stats
+from sglang_pask.srt import head_masks, segment_views, window_stats
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)
@@ -51,11 +55,17 @@ def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[in
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
-                     k_pos: torch.Tensor, scaling: float, enable_gqa: bool) -> torch.Tensor:
+                     k_pos: torch.Tensor, scaling: float, enable_gqa: bool,
+                     allow: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Reference: ``q [heads, nq, d]``, ``k/v [kv_heads, nk, d]``, causal by logical position
     (``k_pos[j] <= q_pos[i]``; ``q_pos=None``: every key precedes every query, as in decode).
-    Returns ``[heads, nq, d_v]``. The torch reference every kernel is tested against."""
-    mask = None if q_pos is None else k_pos[None, :] <= q_pos[:, None]
+    ``allow``: None or bool ``[kv_heads, nk]``, the keys each KV head reads (query head ``i``
+    reads KV head ``i // (heads / kv_heads)``). Returns ``[heads, nq, d_v]``. The torch reference
+    every kernel is tested against."""
+    mask = None if q_pos is None else k_pos[None, :] <= q_pos[:, None]  # [nq, nk]
+    if allow is not None:  # [heads, nq | 1, nk]
+        heads = allow.repeat_interleave(q.shape[0] // allow.shape[0], dim=0)[:, None, :]
+        mask = heads if mask is None else heads & mask[None]
     return scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                         enable_gqa=enable_gqa, scale=scaling).squeeze(0)
 
@@ -94,7 +104,8 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
 
         config = active_config()
         #: the statistics recorder the serving method needs (None: it needs none)
-        self.recorder = window_stats.setup(config.method) if config is not None else None
+        self.recorder = (window_stats.setup(config.method, self.pool.head_num)  # KV heads on this rank
+                         if config is not None else None)
         self.rows: list[int] = []  # this forward's request-pool rows, in batch order
 
     def init_forward_metadata(self, forward_batch):
@@ -104,11 +115,15 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         lens = forward_batch.seq_lens.tolist()
         self.unit_meta, self.padded, self.rows = [], None, rows
         decode = forward_batch.forward_mode.is_decode()
+        if not decode and head_masks.MASKS:  # a new request's prefill: no selection of its row yet
+            for r in rows:
+                head_masks.forget(r)
         if self.recorder is not None and not forward_batch.forward_mode.is_idle():
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):
                 self.recorder.begin(r, int(first), int(n))
-        if BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows)):
+        if (BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
+                and not head_masks.masked(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)
             self.padded = [padded_held_slots(m, req_to_token, idx, lens_t, u) for u, m in enumerate(self.pool.mapping)]
@@ -136,15 +151,16 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             k = k_buf[slots].movedim(0, 1).to(qi.dtype)
             v = v_buf[slots].movedim(0, 1).to(qi.dtype)
             q_pos = None if q_starts is None else torch.arange(q_starts[i], q_starts[i] + nq, device=q.device)
+            allow = head_masks.allow(self.rows[i], unit, k_pos) if head_masks.MASKS else None  # [kv_heads, nk]
             if self.recorder is not None:  # decode: the one query sits at the newest held position
                 self.recorder.record(self.rows[i], layer.layer_id, qi, k, k_pos[-1:] if q_pos is None else q_pos,
-                                     k_pos, layer.scaling)
-            if q_pos is not None and q_starts[i] == 0 and len(k_pos) == nq:
+                                     k_pos, layer.scaling, allow)
+            if allow is None and q_pos is not None and q_starts[i] == 0 and len(k_pos) == nq:
                 # every position 0 ..< nq held and queried: the position mask is SDPA's causal one
                 o = scaled_dot_product_attention(qi.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), is_causal=True,
                                                  enable_gqa=gqa, scale=layer.scaling).squeeze(0)
             else:
-                o = sparse_attention(qi, k, v, q_pos, k_pos, layer.scaling, gqa)
+                o = sparse_attention(qi, k, v, q_pos, k_pos, layer.scaling, gqa, allow)
             out[start:start + nq] = o.movedim(0, 1)
             start += nq
         return out

@@ -15,8 +15,13 @@ is prefill end):
    In segment mode (:mod:`.segments`) the view, the due check and the drops cover only the
    request's own positions ``>= S``: the segment keeps what its own compression kept.
 
+A method that selects per KV head (its selection's ``head_mask``) keeps the union of its heads'
+sets in the unit and leaves each head's own set in :mod:`.head_masks` (attention reads it; the
+next view of the request gets it as ``head_mask``).
+
 With ``--pask-kept-log DIR`` each compression appends ``{"rid", "step", "seq_len", "kept":
-{unit: positions}}`` to ``DIR/kept-<pid>.jsonl`` (the parity test reads it).
+{unit: positions}}`` (and, per head, ``"heads": {unit: [positions of each KV head]}``) to
+``DIR/kept-<pid>.jsonl`` (the parity test reads it).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import torch
 
 from sglang_pask.methods.base import CacheView
 from sglang_pask.methods.padded import PaddedBatch
-from sglang_pask.srt import segment_views, window_stats
+from sglang_pask.srt import head_masks, segment_views, window_stats
 from sglang_pask.srt.request_tags import tags_of
 
 logger = logging.getLogger("sglang_pask")
@@ -106,20 +111,26 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
         kept_own = own_kept(method, view, seg, allowed)
         sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
     else:
+        row = int(req.kv.req_pool_idx)
+        masks = [head_masks.view_mask(row, u, held[u]) for u in range(len(units))]
         view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
                          classes=classes, retained=retained, protected_tail=PROTECTED_TAIL,
-                         prompt_len=tags.prompt_len, attention=attention)
+                         prompt_len=tags.prompt_len, attention=attention,
+                         head_mask=None if all(m is None for m in masks) else
+                         [masks[u] for u, layers in enumerate(units) for _ in layers])
         if pick is not None:
             method = pick(view, method)
             if method is None or not method.due(step, slots, seq_len, config.num_layers):
                 return 0
-        sel_kept = method.select(view).kept
+        sel = method.select(view)
+        sel_kept, sel_heads = sel.kept, sel.head_mask
     lo = max(int(req.kv.cache_protected_len), seg)
-    kept_log, freed = {}, 0
+    kept_log, heads_log, freed = {}, {}, 0
     for u, layers in enumerate(units):
         kept = np.asarray(sel_kept[layers[0]], dtype=np.int64)
         for layer in layers[1:]:
-            if not np.array_equal(sel_kept[layer], kept):
+            if not np.array_equal(sel_kept[layer], kept) or (
+                    not seg and sel_heads is not None and not np.array_equal(sel_heads[layer], sel_heads[layers[0]])):
                 raise RuntimeError(f"{method.name} kept different sets within unit {list(layers)}")
         drop = np.setdiff1d(held[u], kept)
         drop = drop[drop >= lo]
@@ -127,11 +138,16 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
             allocator.drop(u, full_ids[torch.from_numpy(drop)])
             freed += int(drop.size)
         kept_log[str(u)] = segment_views.visible(req.kv.req_pool_idx, u, kept).tolist()
+        if not seg and sel_heads is not None:  # each head's own set (the unit holds their union)
+            mask = np.asarray(sel_heads[layers[0]], dtype=bool)
+            head_masks.store(req.kv.req_pool_idx, u, kept, mask)
+            heads_log[str(u)] = [kept[m].tolist() for m in mask]
     COUNTERS["compressions"] += 1
     if step == 0 and not chunk_end:
         COUNTERS["requests_compressed"] += 1
     if config.kept_log:
-        _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log})
+        _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log,
+                               **({"heads": heads_log} if heads_log else {})})
     return freed
 
 

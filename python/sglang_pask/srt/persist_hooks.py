@@ -132,9 +132,10 @@ def around_release(original, req, *args, **kwargs):
         alloc = getattr(tree, "token_to_kv_pool_allocator", None)
         if isinstance(alloc, PaskAllocator):
             record_release(req, tree.req_to_token_pool.req_to_token, alloc)
-            from sglang_pask.srt import segment_views, window_stats
+            from sglang_pask.srt import head_masks, segment_views, window_stats
 
             window_stats.forget(req.kv.req_pool_idx)
+            head_masks.forget(req.kv.req_pool_idx)
             segment_views.clear(req.kv.req_pool_idx)
     except Exception as e:  # accounting must never break serving
         logger.warning("sglang_pask: release record failed for %s: %r", getattr(req, "rid", "?"), e)

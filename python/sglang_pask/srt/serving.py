@@ -7,9 +7,11 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
 
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
   statistics (``pask``, ``streaming``, ``random``, ``full``) or only those the torch backend records
-  (:mod:`.window_stats`: SnapKV and PyramidKV per layer and PASK with ``attention_blend > 0``
-  read the observation window, H2O the accumulated attention); AdaKV, Expected Attention and KVzip
-  need per-head or other statistics the server does not record and are refused by name.
+  (:mod:`.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
+  ``attention_blend > 0`` read the observation window, H2O the accumulated attention; a per-head
+  selection is applied by :mod:`.head_masks`); Expected Attention and KVzip need statistics the
+  server does not record (expected queries; a second, reconstruction forward) and are refused by
+  name, as is a PASK policy whose residual reads KVzip's.
 * ``--pask-budget B`` (default: the policy's budget).
 * The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
   ``--pask-interval N`` and the segment rule ``--pask-segment none|system``,
