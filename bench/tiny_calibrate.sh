@@ -6,7 +6,7 @@
 #   bash bench/tiny_calibrate.sh              # ~25 min per run on 2 cores
 #   REPEAT= bash bench/tiny_calibrate.sh      # skip the determinism run
 #   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
-#   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1" \
+#   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
 #     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

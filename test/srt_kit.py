@@ -69,13 +69,13 @@ class Rig:
     (``radix=True``) the PASK radix cache over them (Python tree core)."""
 
     def __init__(self, config, full_size: int = 256, unit_size: Optional[int] = None, rows: int = 8,
-                 context: int = 256, radix: bool = False):
+                 context: int = 256, radix: bool = False, kv_heads: int = 1):
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
 
         self.config = config
         self.pool = PaskKVPool(units=config.units, full_size=full_size, unit_size=unit_size or full_size,
-                               dtype=torch.float32, head_num=1, head_dim=4, v_head_dim=None, device="cpu",
+                               dtype=torch.float32, head_num=kv_heads, head_dim=4, v_head_dim=None, device="cpu",
                                num_layers=config.num_layers)
         self.alloc = PaskAllocator(full_size, self.pool, device="cpu", dtype=torch.float32)
         self.req_to_token_pool = ReqToTokenPool(size=rows, max_context_len=context, device="cpu",

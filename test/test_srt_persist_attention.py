@@ -15,7 +15,7 @@ pytest.importorskip("sglang")
 
 import torch  # noqa: E402
 from sglang_pask.methods import CacheView  # noqa: E402
-from sglang_pask.srt import window_stats  # noqa: E402
+from sglang_pask.srt import head_masks, window_stats  # noqa: E402
 from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request  # noqa: E402
 from sglang_pask.srt.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
@@ -40,15 +40,16 @@ def _retained(rig, req):
     return out
 
 
-def _feed(rig, req, first: int, end: int, gen: torch.Generator) -> None:
+def _feed(rig, req, first: int, end: int, gen: torch.Generator, kv_heads: int = 1) -> None:
     """One forward of queries ``first ..< end`` through the recorder, as the torch backend hands it
-    over: per layer, 2 query heads over the keys the layer's unit holds (``< end``)."""
+    over: per layer, 2 query heads per KV head over the keys the layer's unit holds (``< end``)."""
     rec, row = window_stats.RECORDER, int(req.kv.req_pool_idx)
     rec.begin(row, first, end)
     for layer, held in enumerate(_retained(rig, req)):
         k_pos = torch.from_numpy(held[held < end])
-        q = torch.randn(2, end - first, 4, generator=gen)
-        rec.record(row, layer, q, torch.randn(1, len(k_pos), 4, generator=gen), torch.arange(first, end), k_pos, 0.5)
+        q = torch.randn(2 * kv_heads, end - first, 4, generator=gen)
+        rec.record(row, layer, q, torch.randn(kv_heads, len(k_pos), 4, generator=gen), torch.arange(first, end),
+                   k_pos, 0.5)
 
 
 def test_the_server_runs_the_methods_whose_statistics_it_records():
@@ -118,4 +119,36 @@ def test_a_batch_is_compressed_request_by_request_with_statistics():
     assert persist.COUNTERS["errors"] == 0 and persist.COUNTERS["requests_compressed"] == 2
     for req in reqs:
         rig.release(req)
+    rig.assert_idle()
+
+
+@pytest.mark.parametrize("method", ["snapkv", "adakv"])
+def test_a_per_head_selection_leaves_each_kv_heads_set_for_attention(method):
+    """2 KV heads: the unit keeps the union of the heads' sets, and :mod:`head_masks` says which
+    of them each head reads -- the selection's ``head_mask`` -- until the row is forgotten."""
+    config = serving_config(method, 0.33, schedule="prefill")
+    rec = window_stats.setup(config.method, kv_heads=2)
+    gen = torch.Generator().manual_seed(2)
+    rig = Rig(config, kv_heads=2)
+    req = rig.request(list(range(60, 210)))  # 150 tokens: 0.33 keeps more than SnapKV's 32-token window
+    rig.prefill(req)
+    _feed(rig, req, 0, 150, gen, kv_heads=2)
+    row, retained = int(req.kv.req_pool_idx), _retained(rig, req)
+    view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=150,
+                     classes=tags_of(req).classes(req, 150), retained=retained, protected_tail=PROTECTED_TAIL,
+                     prompt_len=150, attention=rec.stats(row, retained))
+    sel = config.method.select(view)
+    assert compress_request(req, rig.req_to_token, rig.alloc, config) > 0
+    hidden = 0
+    for u, (layers, held) in enumerate(zip(config.units, rig.held(req))):
+        assert np.array_equal(held, sel.kept[layers[0]])  # the union
+        allow = head_masks.allow(row, u, torch.from_numpy(held))
+        want = np.asarray(sel.head_mask[layers[0]], dtype=bool)
+        got = np.ones_like(want) if allow is None else allow.numpy()
+        assert np.array_equal(got, want), f"unit {u}"
+        hidden += int((~want).sum())
+    assert hidden > 0  # the heads did keep different sets
+    rig.release(req)
+    head_masks.forget(row)
+    assert not head_masks.masked([row])
     rig.assert_idle()
