@@ -11,6 +11,7 @@ import sys
 import types
 from types import SimpleNamespace as NS
 
+import numpy as np
 import pytest
 import torch
 from sglang_pask.srt.attention import held_slots, sparse_attention
@@ -325,3 +326,53 @@ def test_backend_glue_matches_the_torch_reference(backend):
     alloc.drop(0, r2t[0, torch.tensor([0, 2])].long())
     meta = _run(be, alloc, r2t, "DECODE", [2, 0], [12, 5], [1, 1], g)
     assert meta.decode and meta.unit_nnz == [13 - 3 + 6 - 2, 2 + 6]
+
+
+@pytest.mark.parametrize("kind, w", [("window", 3), ("window_heads", 3), ("accumulated", 0)])
+def test_backend_records_what_the_torch_backend_records(backend, kind, w):
+    """The recording glue: over a prefill, an extend after drops and decode steps, the backend's
+    recorder holds what a torch-path recorder fed each request's queries over its held keys (the
+    torch backend's :meth:`~.attention.PaskTorchNativeAttnBackend._attend`) holds."""
+    from sglang_pask.srt.window_stats import Recorder
+
+    be, alloc = backend
+    be.recorder, ref = Recorder(kind, w, HK), Recorder(kind, w, HK)
+    r2t = be.req_to_token_pool.req_to_token
+    g = torch.Generator().manual_seed(3)
+
+    def step(mode, rows, prefix, ext):
+        loc = alloc.alloc(sum(ext))
+        start = 0
+        for r, p, e in zip(rows, prefix, ext):
+            r2t[r, p:p + e] = loc[start:start + e].to(torch.int32)
+            start += e
+        fb = _batch(mode, rows, prefix, ext, loc)
+        be.init_forward_metadata(fb)
+        for r, p, e in zip(rows, prefix, ext):
+            ref.begin(r, p, p + e)
+        for i in range(LAYERS):
+            layer, n = _layer(i), sum(ext)
+            q = torch.randn(n, H * D, generator=g)
+            k, v = torch.randn(n, HK, D, generator=g), torch.randn(n, HK, D, generator=g)
+            (be.forward_decode if mode == "DECODE" else be.forward_extend)(q, k, v, layer, fb)
+            u, kb, start = be.pool.unit_of[i], be.pool.get_key_buffer(i), 0
+            for r, p, e in zip(rows, prefix, ext):  # the torch backend's hand-over, after the write
+                slots, k_pos = held_slots(be.pool.mapping[u], r2t[r, :p + e])
+                ref.record(r, i, q[start:start + e].view(e, H, D).movedim(0, 1), kb[slots].movedim(0, 1),
+                           torch.arange(p, p + e), k_pos, layer.scaling)
+                start += e
+
+    step("EXTEND", [2, 0], [0, 0], [6, 4])
+    alloc.drop(0, r2t[2, torch.tensor([1, 3, 4])].long())
+    step("EXTEND", [2], [6], [3])
+    step("DECODE", [2, 0], [9, 4], [1, 1])
+    step("DECODE", [2, 0], [10, 5], [1, 1])
+    for r, n in ((2, 11), (0, 6)):
+        held = [held_slots(be.pool.mapping[be.pool.unit_of[i]], r2t[r, :n])[1].numpy() for i in range(LAYERS)]
+        got, want = be.recorder.stats(r, held), ref.stats(r, held)
+        for field in ("window", "window_heads", "accumulated"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert (a is None) == (b is None), field
+            for x, y in zip(a or [], b or []):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        assert any(np.any(x) for x in (got.window if kind != "accumulated" else got.accumulated))

@@ -34,6 +34,15 @@ the whole batch skips the paged part. K/V are written after attention (as SGLang
 
 RoPE is already applied to K, so dropping keys never moves a position.
 
+Attention statistics (:mod:`.window_stats`: the observation window, per layer or per KV head, and
+the accumulated attention), for a served method that reads them: FlashInfer returns no
+probabilities, so after each layer's attention (and its K/V write) the queries of every request
+the recorder still records are scored again in torch over the held keys read back from the unit
+buffer -- what the torch backend hands the recorder, so both record the same statistics. Under
+the ``prefill`` schedule that is the prefill forward only. A per-KV-head *selection* (head masks)
+cannot be applied by these kernels, so such methods are refused at start-up (``persist_hooks``).
+UNTESTED on a GPU: on CPU the recording glue runs against the torch stand-in for the wrappers.
+
 Not supported (refused with a clear error): CUDA graphs (pass ``--disable-cuda-graph``),
 speculative decoding and other forward modes than EXTEND/MIXED/DECODE/IDLE, sliding-window,
 cross-attention/encoder-decoder, encoder-only and multimodal models, multi-item scoring,
@@ -56,7 +65,7 @@ from typing import Optional
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
-from sglang_pask.srt import segment_views
+from sglang_pask.srt import segment_views, window_stats
 
 _CUDA_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend re-plans its per-unit KV indices on the host "
                    "every forward and cannot run under CUDA graphs; start the server with "
@@ -237,6 +246,13 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         self._page_lens = torch.ones(max(int(self.req_to_token_pool.size), 1) + 1, dtype=torch.int32,
                                      device=self.device)
         self.forward_metadata: Optional[PaskFlashInferMetadata] = None
+        from sglang_pask.srt.serving import active_config
+
+        config = active_config()
+        #: the statistics recorder the serving method needs (None: it needs none)
+        self.recorder = window_stats.setup(config.method, self.num_kv_heads) if config is not None else None
+        #: this forward's recorded requests: (row, q offset, q count, first position, per unit (slots, positions))
+        self._recorded: list = []
 
     # -- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -313,6 +329,38 @@ class PaskFlashInferAttnBackend(AttentionBackend):
             self.forward_metadata = self._plan_decode(forward_batch)
         else:
             self.forward_metadata = self._plan_extend(forward_batch)
+        self._recorded = self._plan_recording(forward_batch) if self.recorder is not None else []
+
+    def _plan_recording(self, fb) -> list:
+        """The requests of this forward whose queries the recorder keeps, with each unit's held
+        (slots, positions) over the whole sequence (this forward's tokens included: they are
+        mapped before the forward and written by the time :meth:`_record` runs)."""
+        from sglang_pask.srt.attention import held_slots
+
+        decode = fb.forward_mode.is_decode()
+        rows = [int(r) for r in fb.req_pool_indices.tolist()]
+        lens = [int(n) for n in fb.seq_lens.tolist()]
+        news = [1] * len(rows) if decode else [int(e) for e in fb.extend_seq_lens.tolist()]
+        out, offset = [], 0
+        for r, n, e in zip(rows, lens, news):
+            self.recorder.begin(r, n - e, n)
+            if self.recorder.recording([r]):
+                ids = self.req_to_token_pool.req_to_token[r, :n]
+                out.append((r, offset, e, n - e, [held_slots(m, ids, r, u) for u, m in enumerate(self.pool.mapping)]))
+            offset += e
+        return out
+
+    def _record(self, layer, q3: torch.Tensor) -> None:
+        """Hand the recorder this layer's queries (``q3 [tokens, heads, d]``, requests in batch
+        order) of every recorded request, over the held keys read back from the unit buffer."""
+        unit = self.pool.unit_of[layer.layer_id]
+        k_buf = self.pool.get_key_buffer(layer.layer_id)
+        for row, offset, count, first, held in self._recorded:
+            slots, k_pos = held[unit]
+            qi = q3[offset:offset + count].movedim(0, 1)  # [heads, count, d]
+            k = k_buf[slots].movedim(0, 1).to(qi.dtype)  # [kv_heads, nk, d]
+            q_pos = torch.arange(first, first + count, device=k_pos.device)
+            self.recorder.record(row, layer.layer_id, qi, k, q_pos, k_pos, layer.scaling)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         if in_capture:
@@ -393,10 +441,12 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         if k is not None and save_kv_cache:
             self._write(layer, forward_batch, k, v)
         unit = self.pool.unit_of[layer.layer_id]
+        q3 = q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim)
         o = self.decode_wrappers[unit].forward(
-            q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim),
-            self.pool.get_kv_buffer(layer.layer_id), sm_scale=layer.scaling,
+            q3, self.pool.get_kv_buffer(layer.layer_id), sm_scale=layer.scaling,
             k_scale=getattr(layer, "k_scale_float", None), v_scale=getattr(layer, "v_scale_float", None))
+        if self._recorded:
+            self._record(layer, q3)
         return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
@@ -429,4 +479,6 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         if write:
             # After attention: a dtype-converting write may scale k/v in place.
             self._write(layer, forward_batch, k, v)
+        if self._recorded:  # after the write: the new tokens' keys are read back as the prefix's
+            self._record(layer, q3)
         return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)

@@ -100,10 +100,9 @@ def around_attn_wrapper(original, runner, full_attn_backend):
         from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
 
         config = active_config()
-        if config is not None and config.method.needs_attention is not None:
-            raise RuntimeError(f"sglang_pask: {config.method.name} needs attention statistics "
-                               f"({config.method.needs_attention}), which only the torch_native backend "
-                               "records; use --attention-backend torch_native")
+        if config is not None and getattr(config.method, "per_head", False):
+            raise RuntimeError(f"sglang_pask: {config.method.name} selects per KV head, which the FlashInfer "
+                               "kernels cannot mask per head; use --attention-backend torch_native")
 
         return PaskFlashInferAttnBackend(runner)
     raise RuntimeError(f"sglang_pask: attention backend {type(backend).__name__} cannot read per-unit "

@@ -7,7 +7,8 @@ The torch attention backend (:mod:`.attention`) hands every forward's queries to
 :meth:`Recorder.record` (extend and decode alike); :mod:`.persist` reads a request's statistics
 with :meth:`Recorder.stats` when it builds the request's view (and retires them after step 0 under
 the ``prefill`` schedule); :func:`forget` drops them when the request's KV is released. The
-FlashInfer backend records nothing: the server refuses such a method there.
+FlashInfer backend (:mod:`.flashinfer_backend`) hands over the same queries and held keys after
+each layer's kernels (it refuses per-KV-head selections, whose masks its kernels cannot apply).
 
 State per request-pool row, per layer, over LOGICAL positions ``[0, P)`` (P: the positions seen so
 far; zero where a key was not held when a query ran, so indexing by the positions a layer holds
