@@ -50,8 +50,10 @@ ORDER: dict[str, str] = {
     "method keeps at prefill end, by structural class and by layer (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
-    "pask-tiny-fc-server-vs-runner-snapkv-n200": "SnapKV (per layer) served at 0.33, prefill: accuracy "
-    "through the server vs the reference runner.",
+    "pask-tiny-fc-server-vs-runner-snapkv-n200": "SnapKV (per KV head, its default) served at 0.33, prefill: "
+    "accuracy through the server vs the reference runner.",
+    "pask-tiny-fc-server-vs-runner-adakv-n200": "AdaKV served at 0.33, prefill: accuracy through the server "
+    "vs the reference runner.",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200": "Attention-informed PASK served at 0.33, prefill: "
     "accuracy through the server vs the reference runner.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
@@ -66,8 +68,11 @@ ORDER: dict[str, str] = {
     "schedule, radix cache off.",
     "pask-tiny-fc-server-parity-radix-n100": "Kept positions and generated tokens, server vs runner, "
     "radix cache on (segment mode).",
-    "pask-tiny-fc-server-parity-snapkv-n100": "SnapKV (per layer) served: kept positions and tokens, server "
-    "(torch backend recording the observation window) vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-snapkv-n100": "SnapKV (per KV head, its default) served: kept positions, "
+    "each KV head's set and tokens, server (torch backend recording the observation window per KV head, "
+    "attention masked per head) vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-adakv-n100": "AdaKV served: kept positions, each KV head's set and tokens, "
+    "server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-attn-n100": "Attention-informed PASK (`pask-tiny-fc.attn.b0.33.json`, blend "
     "0.25) served: kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-h2o-n100": "H2O served (accumulated attention recorded by the torch "
@@ -118,6 +123,7 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-radix-eval-n200": "bash bench/radix_eval.sh",
     "pask-tiny-fc-server-vs-runner-n200": "bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
+    "pask-tiny-fc-server-vs-runner-adakv-n200": "METHOD=adakv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200":
         "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
