@@ -407,7 +407,7 @@ def _bad_argv(name: str) -> list[str]:
 
 #: the cases that go through the real launcher (the others through SGLang's own argument parsing
 #: in one interpreter: each launch is an interpreter importing SGLang, ~6 s alone on 2 cores)
-LAUNCHED = ("adakv", "budget-without-policy")
+LAUNCHED = ("kvzip", "budget-without-policy")
 
 _PARSE_ALL = """
 import json, sys
