@@ -283,16 +283,22 @@ def _reference(pool, r2t, layer, q, rows, prefix, ext):
     return torch.cat(outs)
 
 
-def _run(be, alloc, r2t, mode, rows, prefix, ext, g):
-    """Allocate the new tokens, run every layer, compare with the reference."""
-    n = sum(ext)
-    loc = alloc.alloc(n)
+def _plan(be, alloc, r2t, mode, rows, prefix, ext):
+    """Allocate the new tokens into their rows and plan the forward; returns its batch."""
+    loc = alloc.alloc(sum(ext))
     start = 0
     for r, p, e in zip(rows, prefix, ext):
         r2t[r, p:p + e] = loc[start:start + e].to(torch.int32)
         start += e
     fb = _batch(mode, rows, prefix, ext, loc)
     be.init_forward_metadata(fb)
+    return fb
+
+
+def _run(be, alloc, r2t, mode, rows, prefix, ext, g):
+    """Allocate the new tokens, run every layer, compare with the reference."""
+    n = sum(ext)
+    fb = _plan(be, alloc, r2t, mode, rows, prefix, ext)
     for i in range(LAYERS):
         layer = _layer(i)
         q = torch.randn(n, H * D, generator=g)
@@ -341,13 +347,7 @@ def test_backend_records_what_the_torch_backend_records(backend, kind, w):
     g = torch.Generator().manual_seed(3)
 
     def step(mode, rows, prefix, ext):
-        loc = alloc.alloc(sum(ext))
-        start = 0
-        for r, p, e in zip(rows, prefix, ext):
-            r2t[r, p:p + e] = loc[start:start + e].to(torch.int32)
-            start += e
-        fb = _batch(mode, rows, prefix, ext, loc)
-        be.init_forward_metadata(fb)
+        fb = _plan(be, alloc, r2t, mode, rows, prefix, ext)
         for r, p, e in zip(rows, prefix, ext):
             ref.begin(r, p, p + e)
         for i in range(LAYERS):
