@@ -48,6 +48,9 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-calib-pask-b0.2-n100": "Calibrated PASK (its 0.2 policy) on the calib split.",
     "pask-tiny-fc-kept-by-class-calib": "Why KVzip beats calibrated PASK on the tiny model: what each "
     "method keeps at prefill end, by structural class and by layer (calib entries).",
+    "pask-tiny-fc-kept-by-class-calib-b0.2": "The same at b = 0.2, calibrated PASK (its 0.2 policy) and "
+    "KVzip: where PASK's fixed group shares and one set per group lose to KVzip's ranking over every "
+    "layer and KV head (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "SnapKV (per KV head, its default) served at 0.33, prefill: "
