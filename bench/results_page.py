@@ -59,6 +59,9 @@ ORDER: dict[str, str] = {
     "vs the reference runner.",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200": "Attention-informed PASK served at 0.33, prefill: "
     "accuracy through the server vs the reference runner.",
+    "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200": "The sturdier calibration's attention-informed "
+    "policy at 0.5 (SnapKV's window votes per KV head, blend 0.25) served, prefill: accuracy through the "
+    "server vs the reference runner.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
     "policy's operating point), through the server.",
     "pask-tiny-fc-server-required-n200": "Full KV through `make serve`, tool_choice required.",
@@ -76,6 +79,9 @@ ORDER: dict[str, str] = {
     "attention masked per head) vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-adakv-n100": "AdaKV served: kept positions, each KV head's set and tokens, "
     "server vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-sturdy-attn-b0.5-n100": "The sturdier calibration's attention-informed "
+    "policy at 0.5 (its residual by SnapKV's votes per KV head) served: kept positions, each KV head's set "
+    "and tokens, server vs runner, prefill schedule.",
     "pask-tiny-fc-server-parity-attn-n100": "Attention-informed PASK (`pask-tiny-fc.attn.b0.33.json`, blend "
     "0.25) served: kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-h2o-n100": "H2O served (accumulated attention recorded by the torch "
@@ -127,6 +133,8 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-server-vs-runner-n200": "bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-adakv-n200": "METHOD=adakv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
+    "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200":
+        "POLICIES=policies/pask-tiny-fc.sturdy-attn BUDGETS=0.5 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200":
         "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
