@@ -115,9 +115,10 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         lens = forward_batch.seq_lens.tolist()
         self.unit_meta, self.padded, self.rows = [], None, rows
         decode = forward_batch.forward_mode.is_decode()
-        if not decode and head_masks.MASKS:  # a new request's prefill: no selection of its row yet
-            for r in rows:
-                head_masks.forget(r)
+        if not decode and head_masks.MASKS:  # a fresh prefill (prefix 0) is a new request in its row
+            for r, first in zip(rows, forward_batch.extend_prefix_lens.tolist()):
+                if int(first) == 0:  # (a MIXED batch's decode rows extend from their last position)
+                    head_masks.forget(r)
         if self.recorder is not None and not forward_batch.forward_mode.is_idle():
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):

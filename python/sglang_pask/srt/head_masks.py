@@ -9,8 +9,9 @@ head ``i`` reads KV head ``i // (heads / kv_heads)``. State per request-pool row
 ``[kv_heads, n]`` which heads keep each. Positions written after the selection (decoded tokens)
 are read by every head; positions dropped since are simply no longer held.
 
-Invariants: a row's state belongs to the request in it -- an extend forward of the row (a new
-request's prefill; selections run only after prefill) and the release of its KV clear it.
+Invariants: a row's state belongs to the request in it -- a fresh prefill of the row (an extend
+from position 0: a new request; selections run only after prefill, and per-head methods run
+without the radix cache, so a new request never starts past 0) and the release of its KV clear it.
 """
 
 from __future__ import annotations
