@@ -97,7 +97,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
     def __init__(self, model_runner):
         super().__init__(model_runner)
         self.pool = self.token_to_kv_pool
-        self.unit_meta: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
+        #: per unit, per request: (held slots, their positions, which of them each KV head reads --
+        #: :func:`.head_masks.allow`, None: all), once per forward, shared by the unit's layers
+        self.unit_meta: Optional[list[list[tuple]]] = None
         #: a batched decode forward's ``(slots, counts)`` per unit (:func:`padded_held_slots`)
         self.padded: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None
         from sglang_pask.srt.serving import active_config
@@ -131,7 +133,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             return
         for u in range(len(self.pool.units)):
             m = self.pool.mapping[u]
-            self.unit_meta.append([held_slots(m, req_to_token[r, :n], r, u) for r, n in zip(rows, lens)])
+            held = [held_slots(m, req_to_token[r, :n], r, u) for r, n in zip(rows, lens)]
+            self.unit_meta.append([(slots, pos, head_masks.allow(r, u, pos) if head_masks.MASKS else None)
+                                   for r, (slots, pos) in zip(rows, held)])
 
     def _attend(self, q, layer, q_lens, q_starts):
         """``q [tokens, heads, d]`` -> ``[tokens, heads, d_v]``; request ``i``'s queries sit at
@@ -147,12 +151,11 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         out = q.new_empty((q.shape[0], layer.tp_q_head_num, layer.v_head_dim))
         start = 0
         for i, nq in enumerate(q_lens):
-            slots, k_pos = self.unit_meta[unit][i]
+            slots, k_pos, allow = self.unit_meta[unit][i]  # allow: [kv_heads, nk] or None
             qi = q[start:start + nq].movedim(0, 1)  # [heads, nq, d]
             k = k_buf[slots].movedim(0, 1).to(qi.dtype)
             v = v_buf[slots].movedim(0, 1).to(qi.dtype)
             q_pos = None if q_starts is None else torch.arange(q_starts[i], q_starts[i] + nq, device=q.device)
-            allow = head_masks.allow(self.rows[i], unit, k_pos) if head_masks.MASKS else None  # [kv_heads, nk]
             if self.recorder is not None:  # decode: the one query sits at the newest held position
                 self.recorder.record(self.rows[i], layer.layer_id, qi, k, k_pos[-1:] if q_pos is None else q_pos,
                                      k_pos, layer.scaling, allow)

@@ -61,7 +61,8 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 class Recorder:
     """One per scheduler process (:data:`RECORDER`, set up by the attention backend when the
-    serving method needs statistics). ``kind``: ``"window"`` or ``"accumulated"``."""
+    serving method needs statistics). ``kind``: one of :data:`KINDS`; ``size``: the window's queries
+    (windowed kinds); ``kv_heads``: the rows of a ``window_heads`` layer with no record yet."""
 
     def __init__(self, kind: str, size: int = 0, kv_heads: int = 1):
         if kind not in KINDS:
