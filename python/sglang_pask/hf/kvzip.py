@@ -41,6 +41,22 @@ def _texts(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]
     return tuple(enc(FIRST)), tuple(enc(LATER)), tuple(enc(suffix))
 
 
+def reconstruction_chunks(tokenizer, ids, chunk_size: int, n_sink: int) -> list[tuple[int, int, int, list[int]]]:
+    """KVzip's scoring forwards for a context of token ids ``ids`` (positions ``[0, T)``), one
+    per chunk: ``(a, b, sinks, tokens)`` -- the chunk ``[a, b)``, the first ``sinks`` positions it
+    also sees, and the tokens run at positions ``T ..`` (the repeat request, the chat template's
+    turn change, the chunk teacher-forced). The reference runner and the server (``srt/kvzip.py``)
+    both run exactly these."""
+    ids = [int(t) for t in ids]
+    first, later, suffix = _texts(tokenizer)
+    out = []
+    for a in range(0, len(ids), chunk_size):
+        b = min(a + chunk_size, len(ids))
+        request = list(first) if a == 0 else list(later) + ids[max(a - OVERLAP, 0):a]
+        out.append((a, b, min(n_sink, a), request + list(suffix) + ids[a:b]))
+    return out
+
+
 @torch.no_grad()
 def kvzip_heads(runner, cache) -> list[np.ndarray]:
     """Per layer, float ``[Hkv, n_l]`` aligned with the layer's positions (0 at slots outside every
@@ -50,14 +66,11 @@ def kvzip_heads(runner, cache) -> list[np.ndarray]:
     ids = cache.token_ids[:T]
     if len(ids) != T:
         raise RuntimeError(f"KVzip: the cache recorded {len(ids)} token ids for {T} positions")
-    first, later, suffix = _texts(runner.tokenizer)
     out = [torch.zeros(lay.keys.shape[1], lay.keys.shape[2]) for lay in cache.layers]
-    for a in range(0, T, method.chunk_size):
-        b = min(a + method.chunk_size, T)
-        request = list(first) if a == 0 else list(later) + ids[max(a - OVERLAP, 0):a]
+    for a, b, sinks, tokens in reconstruction_chunks(runner.tokenizer, ids, method.chunk_size, method.n_sink):
         work = cache.clone()
-        work.reconstruct = (a, b, min(method.n_sink, a), T)
-        runner.forward(work, request + list(suffix) + ids[a:b], T)
+        work.reconstruct = (a, b, sinks, T)
+        runner.forward(work, tokens, T)
         for li, (lay, done) in enumerate(zip(cache.layers, work.layers)):
             n = lay.positions.shape[0]
             got = done.kvzip_max[:, :n].float()  # [Hkv, n]: the context's slots come first

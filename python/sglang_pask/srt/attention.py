@@ -35,7 +35,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
-from sglang_pask.srt import head_masks, segment_views, window_stats
+from sglang_pask.srt import head_masks, reconstruct, segment_views, window_stats
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)
@@ -105,9 +105,15 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         from sglang_pask.srt.serving import active_config
 
         config = active_config()
-        #: the statistics recorder the serving method needs (None: it needs none)
+        self.model_runner = model_runner
+        #: KVzip's scoring forward in progress (:mod:`.reconstruct`: no writes, its own attention)
+        self.reconstruct = None
+        kind = None if config is None else config.method.needs_attention
+        #: the statistics recorder the serving method needs (None: it needs none, or KVzip's)
         self.recorder = (window_stats.setup(config.method, self.pool.head_num)  # KV heads on this rank
-                         if config is not None else None)
+                         if kind in window_stats.KINDS else None)
+        if kind == "kvzip_heads":
+            reconstruct.BACKEND = self
         self.rows: list[int] = []  # this forward's request-pool rows, in batch order
 
     def init_forward_metadata(self, forward_batch):
@@ -174,6 +180,8 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        if self.reconstruct is not None:  # KVzip's scoring forward: nothing written
+            return self.reconstruct.attend(q, k, v, layer, self.pool)
         self._write(layer, forward_batch, k, v, save_kv_cache)
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
         o = self._attend(q_, layer, forward_batch.extend_seq_lens.tolist(),

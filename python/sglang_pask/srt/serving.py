@@ -9,9 +9,9 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
   statistics (``pask``, ``streaming``, ``random``, ``full``) or only those the torch backend records
   (:mod:`.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
   ``attention_blend > 0`` read the observation window, H2O the accumulated attention; a per-head
-  selection is applied by :mod:`.head_masks`); Expected Attention and KVzip need statistics the
-  server does not record (expected queries; a second, reconstruction forward) and are refused by
-  name, as is a PASK policy whose residual reads KVzip's.
+  selection is applied by :mod:`.head_masks`) or KVzip's reconstruction scores (:mod:`.reconstruct`:
+  KVzip, and PASK whose residual reads them); Expected Attention needs statistics the server does
+  not record (expected queries) and is refused by name.
 * ``--pask-budget B`` (default: the policy's budget).
 * The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
   ``--pask-interval N`` and the segment rule ``--pask-segment none|system``,
@@ -61,10 +61,10 @@ def _needs_attention(name: str) -> Optional[str]:
 
 def server_methods() -> list[str]:
     """Registry names the server can run: those needing no attention statistics, or only what
-    the torch attention backend records (:data:`.window_stats.KINDS`)."""
-    from sglang_pask.srt.window_stats import KINDS
+    the torch attention backend computes (:data:`.window_stats.SERVED_KINDS`)."""
+    from sglang_pask.srt.window_stats import SERVED_KINDS
 
-    return [name for name in METHODS if _needs_attention(name) in (None, *KINDS)]
+    return [name for name in METHODS if _needs_attention(name) in (None, *SERVED_KINDS)]
 
 
 @dataclass(frozen=True)
@@ -163,13 +163,13 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         kv = make_method(name, budget, policy=policy, **options)
-        from sglang_pask.srt.window_stats import KINDS  # torch: only here, as server_methods
+        from sglang_pask.srt.window_stats import SERVED_KINDS  # torch: only here, as server_methods
 
-        if kv.needs_attention not in (None, *KINDS):
+        if kv.needs_attention not in (None, *SERVED_KINDS):
             raise ValueError(f"--pask-policy {policy_path}: its residual blends attention_stat "
                              f"{kv.attention_stat!r}{' per KV head (head_split)' if kv.head_split else ''}, "
                              f"which reads attention statistics ({kv.needs_attention}) that the server does "
-                             f"not record (it records {', '.join(KINDS)}); use `pask eval --backend hf` "
+                             f"not record (it records {', '.join(SERVED_KINDS)}); use `pask eval --backend hf` "
                              "for this policy")
     else:
         kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),

@@ -38,8 +38,11 @@ import torch.nn.functional as F
 
 from sglang_pask.methods.base import AttentionStats, window_size
 
-#: the statistics kinds the server records (others -- expected, KVzip -- it refuses)
+#: the statistics kinds the recorder keeps
 KINDS = ("window", "window_heads", "accumulated")
+#: the kinds the server computes: the recorder's, and KVzip's scores from a reconstruction forward
+#: (:mod:`.reconstruct`, torch backend); Expected Attention's it refuses
+SERVED_KINDS = (*KINDS, "kvzip_heads")
 #: the kinds that keep the newest ``window_size`` queries
 WINDOWED = ("window", "window_heads")
 #: queries scored at a time (the runner's chunk, hf/attention.py)
