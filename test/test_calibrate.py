@@ -521,7 +521,10 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
 def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):
     """The attention-informed family after the lookup one (one budget of two, one pass): every
     lookup member the first run scored is taken from its record as is; only the scorer / blend
-    members are scored; a record of other fit entries is refused naming the field."""
+    members are scored; the record searched more passes, which is warned; a record of other fit
+    entries is refused naming the field."""
+    from sglang_pask.calibrate.family import Member
+
     first = runs[0].with_name("toy.calibration.json")
     out = tmp_path / "blend.json"
     res = _pask(*ARGS[:ARGS.index("--budgets")], "--budgets", "0.33", *ARGS[ARGS.index("--budgets") + 2:],
@@ -529,12 +532,16 @@ def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     mine, theirs = (json.loads(p.read_text()) for p in (out.with_name("blend.calibration.json"), first))
     lent = {r["label"]: r for r in theirs["search"]["0.33"]["rows"] + theirs["search"]["0.33"]["kfold_rows"]}
-    assert mine["reused_search"]["0.33"] == [{"record": str(first), "members": len(lent)}] and lent
+    # the record searched 2 passes, this run 1: said, in the record and its report
+    warning = (f"b=0.33: {first} searched with 2 passes, this run with 1: this search may stop short of its "
+               f"best member ({Member(**theirs['search']['0.33']['best_member']).label})")
+    assert mine["reused_search"]["0.33"] == [{"record": str(first), "members": len(lent), "warning": warning}]
+    assert lent and f"pask calibrate: warning: {warning}" in res.stderr
     rows = mine["search"]["0.33"]["rows"] + mine["search"]["0.33"]["kfold_rows"]
     new = [r for r in rows if r["label"] not in lent]
     assert all(r == lent[r["label"]] for r in rows if r["label"] in lent)  # taken as is
     assert new and all("blend=" in r["label"] for r in new)  # only attention-informed members were scored
-    assert "members scored by" in out.with_name("blend.calibration.md").read_text()
+    assert f"Warning: {warning}." in out.with_name("blend.calibration.md").read_text()
     other = _pask(*[a if a != "11" else "12" for a in ARGS], "--reuse-search", first, "--out", tmp_path / "x.json")
     assert other.returncode == 2 and "--reuse-search" in other.stderr and "its seed is 11" in other.stderr
 

@@ -217,18 +217,18 @@ def test_the_server_serves_an_attention_informed_policy_from_window_statistics(t
     assert build_config(write(tmp_path, doc)).method.needs_attention is None
 
 
-def test_a_kvzip_blend_is_refused_by_the_server_by_name(tmp_path, doc):
-    """The statistic and the head split need a blend; a policy whose blend reads KVzip's
-    statistics (which the server does not record) is refused at start-up, naming them; one whose
-    blend reads the window per KV head (head_split) is served."""
+def test_a_blend_needs_its_statistic_and_the_server_serves_each(tmp_path, doc):
+    """The statistic and the head split need a blend; a policy whose blend reads KVzip's scores
+    (the server's reconstruction forward, srt/reconstruct.py) or the window per KV head
+    (head_split) is served, each reading its statistic."""
     from sglang_pask.srt.serving import build_config
 
     for extra in ({"attention_stat": "kvzip"}, {"head_split": True}):
         with pytest.raises(ValueError, match="need attention_blend > 0"):
             load_policy(write(tmp_path, {**doc, **extra}))
     for extra in ({"attention_stat": "kvzip"}, {"attention_stat": "kvzip", "head_split": True}):
-        with pytest.raises(ValueError, match=r"attention statistics \(kvzip_heads\) that the server does not record"):
-            build_config(write(tmp_path, {**doc, **extra, "attention_blend": 0.5}))
+        assert build_config(write(tmp_path, {**doc, **extra, "attention_blend": 0.5})
+                            ).method.needs_attention == "kvzip_heads"
     assert build_config(write(tmp_path, {**doc, "head_split": True, "attention_blend": 0.5})
                         ).method.needs_attention == "window_heads"
     p = load_policy(write(tmp_path, {**doc, "attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True}))

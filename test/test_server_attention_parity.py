@@ -2,10 +2,12 @@
 model, radix cache off) answers three synthetic requests through the openai client, and the
 reference runner generates for the same bodies at the same method, budget and schedule
 (``bench/server_parity.py``, which starts and stops the server). SnapKV (per KV head, its default),
-AdaKV, the attention-informed PASK policy at 0.33 (one set per group) and the same policy with
-``head_split`` (one set per KV head in each group) under ``prefill``: every compression keeps the
-same positions per unit in both engines -- for the per-head methods, also each KV head's own set
-(the server's :mod:`sglang_pask.srt.head_masks`) -- and the generated tokens are the same."""
+KVzip (its scores from the server's reconstruction forward), the sturdier calibration's 0.33 PASK
+policy that blends KVzip's scores, AdaKV, the attention-informed PASK policy at 0.33 (one set per
+group) and the same policy with ``head_split`` (one set per KV head in each group) under
+``prefill``: every compression keeps the same positions per unit in both engines -- for the
+per-head methods, also each KV head's own set (the server's :mod:`sglang_pask.srt.head_masks`) --
+and the generated tokens are the same."""
 
 from __future__ import annotations
 
@@ -19,14 +21,18 @@ import pytest
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
 ATTN = ROOT / "policies/pask-tiny-fc.attn.b0.33.json"
+#: the sturdier calibration's 0.33 policy: its residual blends KVzip's reconstruction scores
+KVZIP_INFORMED = ROOT / "policies/pask-tiny-fc.sturdy-attn.b0.33.json"
 
 CASES = {
     "snapkv": ["--method", "snapkv"],
+    "kvzip": ["--method", "kvzip"],
+    "pask-kvzip-informed": ["--method", "pask", "--policy", str(KVZIP_INFORMED)],
     "adakv": ["--method", "adakv"],
     "pask-attention-informed": ["--method", "pask", "--policy", str(ATTN)],
     "pask-attention-informed-per-head": ["--method", "pask", "--policy", "{heads}"],
 }
-PER_HEAD = {"snapkv", "adakv", "pask-attention-informed-per-head"}
+PER_HEAD = {"snapkv", "kvzip", "adakv", "pask-attention-informed-per-head"}
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -376,12 +376,13 @@ def test_load_no_leak_no_crash(persist_server, client):
 # -- 3. bad flags fail fast ---------------------------------------------------------------------
 
 BAD_FLAGS = {
-    "kvzip": (["--pask-method", "kvzip"],
-              "error: --pask-method: 'kvzip' needs attention statistics (kvzip_heads) that the server does not "
-              "record; the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, pask, random (use `pask "
-              "eval --backend hf` for kvzip)"),
+    "expected_attention": (["--pask-method", "expected_attention"],
+                           "error: --pask-method: 'expected_attention' needs attention statistics (expected_heads) "
+                           "that the server does not record; the server runs: full, streaming, h2o, snapkv, "
+                           "pyramidkv, adakv, kvzip, pask, random (use `pask eval --backend hf` for "
+                           "expected_attention)"),
     "unknown-method": (["--pask-method", "nosuch"], "error: --pask-method: unknown method 'nosuch' "
-                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, pask, random)"),
+                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, pask, random)"),
     "budget-0": (["--pask-budget", "0"], "error: --pask-budget must be in (0, 1], got 0"),
     "budget-1.5": (["--pask-budget", "1.5"], "error: --pask-budget must be in (0, 1], got 1.5"),
     "schedule-weekly": (["--pask-schedule", "weekly"],
@@ -407,7 +408,7 @@ def _bad_argv(name: str) -> list[str]:
 
 #: the cases that go through the real launcher (the others through SGLang's own argument parsing
 #: in one interpreter: each launch is an interpreter importing SGLang, ~6 s alone on 2 cores)
-LAUNCHED = ("kvzip", "budget-without-policy")
+LAUNCHED = ("expected_attention", "budget-without-policy")
 
 _PARSE_ALL = """
 import json, sys

@@ -290,6 +290,20 @@ def reused_rows(path: str, key: dict, budget: str) -> tuple[dict, Optional[list]
     return {r["label"]: r for r in rows}, base
 
 
+def passes_warning(path: str, budget: str, passes: int) -> Optional[str]:
+    """A warning when the record at ``path`` searched with more passes than this run (``passes``):
+    members it reached on a later pass are lent, but this run's search follows fewer passes and
+    may stop short of its best member (None when it searched as many passes or fewer)."""
+    other = json.loads(Path(path).read_text())
+    theirs = int(other.get("config", {}).get("search_passes", 2))
+    if theirs <= passes:
+        return None
+    best = other.get("search", {}).get(budget, {}).get("best_member")
+    best = f" ({Member(**best).label})" if best else ""
+    return (f"b={budget}: {path} searched with {theirs} passes, this run with {passes}: this search may "
+            f"stop short of its best member{best}")
+
+
 def calibrate(cfg: Config) -> dict:
     """Run the pipeline (module docstring); returns the measurement document (also written)."""
     t0 = time.perf_counter()
@@ -369,6 +383,10 @@ def calibrate(cfg: Config) -> dict:
                     lent_from.append({"record": path, "members": len(fresh)})
                     print(f"pask calibrate: b={k}: {len(fresh)} scored members reused from {path}",
                           file=sys.stderr)
+                    warning = passes_warning(path, k, cfg.search_passes)
+                    if warning:
+                        lent_from[-1]["warning"] = warning
+                        print(f"pask calibrate: warning: {warning}", file=sys.stderr)
                 if not sum(r["members"] for r in lent_from):
                     raise ReuseError(f"--reuse-search: {', '.join(cfg.reuse_search)} scored no member at "
                                      f"b={k} (rerun this command once one has: finished budgets and scored "

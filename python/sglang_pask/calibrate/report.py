@@ -109,7 +109,8 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
              *[line for b, lent in doc.get("reused_search", {}).items()
                for r in (lent if isinstance(lent, list) else [lent])  # older records: one dict
                for line in (f"b = {b}: {r['members']} members scored by `{r['record']}` (same fit entries, "
-                            "baseline and operating point) were reused, not scored again.", "")],
+                            "baseline and operating point) were reused, not scored again."
+                            + (f" Warning: {r['warning']}." if r.get("warning") else ""), "")],
              *_engine_line(cfg),
              "## Task-error sensitivity S[g][c]", "",
              f"Drop class c in group g only, at prefill end (all else Full KV). Full KV on the probe "

@@ -36,22 +36,11 @@ from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
 from sglang_pask.srt import head_masks, reconstruct, segment_views, window_stats
+from sglang_pask.srt.segment_views import held_slots  # noqa: F401  (its home: the views it applies)
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)
 BATCHED_DECODE = os.environ.get("SGLANG_PASK_BATCHED_DECODE", "1") != "0"
-
-
-def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[int] = None,
-               unit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(slots, positions)`` of the tokens a unit holds among ``full_ids`` (logical order).
-    ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``. With ``row`` (the
-    request-pool row) the segment positions its view hides (:mod:`.segment_views`) are not held."""
-    slots = mapping_u[full_ids.long()]
-    if row is not None:
-        slots = segment_views.hide_(slots, row, unit)
-    positions = torch.nonzero(slots > 0, as_tuple=False).flatten()
-    return slots[positions], positions
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,

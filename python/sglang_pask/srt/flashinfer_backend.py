@@ -96,7 +96,7 @@ def build_unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_po
         Invariants: ``kv_indptr[0] == 0``; ``kv_indptr`` is non-decreasing with
         ``kv_indptr[i+1] - kv_indptr[i] <= seq_lens[i]``; ``kv_indices[kv_indptr[i]:kv_indptr[i+1]]``
         equals ``mapping[u, req_to_token[r_i, :seq_lens[i]]]`` with the zeros removed, in logical
-        order (the slots of :func:`.attention.held_slots`); every entry is ``> 0``.
+        order (the slots of :func:`.segment_views.held_slots`); every entry is ``> 0``.
     """
     device = mapping.device
     num_units = int(mapping.shape[0])
@@ -335,7 +335,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         """The requests of this forward whose queries the recorder keeps, with each unit's held
         (slots, positions) over the whole sequence (this forward's tokens included: they are
         mapped before the forward and written by the time :meth:`_record` runs)."""
-        from sglang_pask.srt.attention import held_slots
+        from sglang_pask.srt.segment_views import held_slots
 
         decode = fb.forward_mode.is_decode()
         rows = [int(r) for r in fb.req_pool_indices.tolist()]

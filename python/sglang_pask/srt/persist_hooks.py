@@ -9,7 +9,8 @@ in :mod:`.seam`).
   the allocator's capacity (what ``available_size()`` reports at idle, so SGLang's own idle
   leak check holds), and the pool sizes are logged at start-up.
 * ``attention_registry.attn_backend_wrapper`` (AROUND): torch_native -> the PASK torch backend;
-  flashinfer -> the PASK FlashInfer backend (one wrapper per unit); others are refused by name.
+  flashinfer -> the PASK FlashInfer backend (one wrapper per unit; per-head selections and KVzip's
+  scores are refused there); others are refused by name.
 * ``ScheduleBatch.maybe_evict_swa`` (AROUND): after SGLang's own SWA step, the drops
   (:func:`.persist.compress_batch`) for decode batches.
 * ``mem_cache.common.release_kv_cache`` (AROUND): before a request's KV is freed, what it holds
@@ -100,6 +101,9 @@ def around_attn_wrapper(original, runner, full_attn_backend):
         from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
 
         config = active_config()
+        if config is not None and config.method.needs_attention == "kvzip_heads":
+            raise RuntimeError(f"sglang_pask: {config.method.name} reads KVzip's scores, whose reconstruction "
+                               "forward runs on the torch backend only; use --attention-backend torch_native")
         if config is not None and getattr(config.method, "per_head", False):
             raise RuntimeError(f"sglang_pask: {config.method.name} selects per KV head, which the FlashInfer "
                                "kernels cannot mask per head; use --attention-backend torch_native")
@@ -143,7 +147,7 @@ def around_release(original, req, *args, **kwargs):
 
 def pask_state(scheduler) -> dict:
     from sglang_pask import ops
-    from sglang_pask.srt import chunked, persist, request_tags, segment_views, segments
+    from sglang_pask.srt import chunked, persist, reconstruct, request_tags, segment_views, segments
     from sglang_pask.srt.pools import PaskAllocator
 
     alloc = scheduler.token_to_kv_pool_allocator
@@ -156,6 +160,7 @@ def pask_state(scheduler) -> dict:
            "operating_point": config.resolved.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
+           "reconstruction": dict(reconstruct.COUNTERS),
            "kernels": ops.implementation(),
            "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
            "demoted_rids": list(segment_views.DEMOTED_RIDS),

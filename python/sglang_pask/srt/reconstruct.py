@@ -20,6 +20,7 @@ backend leaves no-write mode when the pass ends, also on error.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -27,12 +28,16 @@ import numpy as np
 import torch
 
 from sglang_pask.srt import head_masks
+from sglang_pask.srt.segment_views import held_slots
 
 #: queries scored at a time (the runner's chunk, hf/attention.py)
 CHUNK = 256
 #: the torch attention backend (:class:`~.attention.PaskTorchNativeAttnBackend`) when the serving
 #: method reads KVzip's scores (set at its construction)
 BACKEND = None
+#: what the scoring costs (``/server_info``: ``reconstruction``): compressions scored, scoring
+#: forwards run, the tokens they ran (repeat request + chunk) and their wall time
+COUNTERS = {"scored": 0, "forwards": 0, "tokens": 0, "seconds": 0.0}
 
 
 @dataclass
@@ -82,8 +87,6 @@ class Pass:
 
 def _visible(backend, row: int, T: int, a: int, b: int, sinks: int) -> list[tuple]:
     """Per unit, the context positions a pass's queries see: held, ``< sinks`` or in ``[a, b)``."""
-    from sglang_pask.srt.attention import held_slots
-
     full_ids = backend.req_to_token_pool.req_to_token[row, :T]
     out = []
     for u, m in enumerate(backend.pool.mapping):
@@ -132,6 +135,7 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
     tokenizer = getattr(req, "tokenizer", None)
     if tokenizer is None:
         raise RuntimeError(f"KVzip's scores need the tokenizer (request {req.rid} has none)")
+    t0 = time.perf_counter()
     row, T = int(req.kv.req_pool_idx), int(seq_len)
     ids = (list(req.origin_input_ids) + list(req.output_ids))[:T]
     H = backend.pool.head_num
@@ -139,6 +143,8 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
     for a, b, sinks, tokens in reconstruction_chunks(tokenizer, ids, method.chunk_size, method.n_sink):
         scoring = Pass(row, a, b, sinks, T, meta=_visible(backend, row, T, a, b, sinks))
         _forward(backend, row, T, tokens, scoring)
+        COUNTERS["forwards"] += 1
+        COUNTERS["tokens"] += len(tokens)
         for layer, top in scoring.top.items():
             pos = scoring.meta[backend.pool.unit_of[layer]][1]
             got = torch.zeros(H, T)
@@ -154,4 +160,6 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
         if mask is not None:
             scores = scores * torch.from_numpy(mask)
         out.append(scores.numpy().astype(np.float32))
+    COUNTERS["scored"] += 1
+    COUNTERS["seconds"] += time.perf_counter() - t0
     return out

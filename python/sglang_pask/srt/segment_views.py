@@ -31,6 +31,18 @@ COUNTERS = {"views": 0, "views_on_demoted": 0}
 DEMOTED_RIDS: "deque[str]" = deque(maxlen=4096)
 
 
+def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[int] = None,
+               unit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(slots, positions)`` of the tokens a unit holds among ``full_ids`` (logical order).
+    ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``. With ``row`` (the
+    request-pool row) the segment positions its view hides (:data:`VIEWS`) are not held."""
+    slots = mapping_u[full_ids.long()]
+    if row is not None:
+        slots = hide_(slots, row, unit)
+    positions = torch.nonzero(slots > 0, as_tuple=False).flatten()
+    return slots[positions], positions
+
+
 def set_view(req, kept_units, demoted: bool = False, device="cpu") -> bool:
     """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
     per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`);
