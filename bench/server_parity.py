@@ -75,10 +75,38 @@ def reference_runner(model, policy, method, budget, schedule, interval, radix):
     return runner, runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
 
 
+def pad_tools(bodies: list[dict], model: str, min_tokens: int) -> list[dict]:
+    """Each body with tools of the synthetic train split added after its own (names it lacks,
+    in the pool's order) until its rendered prompt holds ``min_tokens`` tokens or more: long
+    prompts of the same task (the answer stays one of the body's own tools)."""
+    from sglang_pask.rendering import render_chat
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    pool = {}
+    for e in load_spec("synthetic:train:400:tiny"):
+        for t in build_request(e, Settings())[0].tools:
+            pool.setdefault(t["function"]["name"], t)
+    out = []
+    for body in bodies:
+        body = {**body, "tools": list(body["tools"])}
+        have = {t["function"]["name"] for t in body["tools"]}
+        extra = iter([t for name, t in pool.items() if name not in have])
+        while len(render_chat(tok, body).token_ids) < min_tokens:
+            tool = next(extra, None)
+            if tool is None:
+                raise SystemExit(f"--min-prompt-tokens {min_tokens}: the train split's tools run out")
+            body["tools"].append(tool)
+        out.append(body)
+    return out
+
+
 def run_budget(a, budget, entries, method=None):
     method = method or a.method
     settings = Settings(max_tokens=a.max_tokens, tool_choice=a.tool_choice)
     bodies = [runner_body(build_request(e, settings)[0]) for e in entries]
+    if a.min_prompt_tokens:
+        bodies = pad_tools(bodies, a.model, a.min_prompt_tokens)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pask-parity-") as d:
         served = server_side(a.model, a.policy, budget, a.schedule, a.interval,
@@ -116,6 +144,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-full", action="store_true",
                    help="skip the Full KV pass (--pask-method full on the server, method full on the runner): "
                         "how often the two engines' generated tokens differ with no compression at all")
+    p.add_argument("--min-prompt-tokens", type=int, default=0,
+                   help="add tools of the train split to each request until its prompt holds this many tokens")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     entries = load_spec(a.data) if a.data else load_spec(f"synthetic:eval:{a.n or 100}:tiny")
@@ -128,6 +158,8 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     cut = f" (the first {a.n} round-robin over its categories)" if a.data and a.n else ""
+    if a.min_prompt_tokens:
+        cut += f", each padded with tools of the train split to >= {a.min_prompt_tokens} prompt tokens"
     lines = [f"# Server vs reference runner: {a.method}, schedule {a.schedule}, interval {a.interval}",
              "", f"{len(entries)} entries of `{a.data or f'synthetic:eval:{a.n or 100}:tiny'}`{cut}, tool_choice="
              f"{a.tool_choice}, max_tokens {a.max_tokens}, greedy, " + (

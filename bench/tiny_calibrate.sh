@@ -5,13 +5,16 @@
 # and whether the two runs match). The eval split is never touched.
 #   bash bench/tiny_calibrate.sh              # ~25 min per run on 2 cores
 #   REPEAT= bash bench/tiny_calibrate.sh      # skip the determinism run
+#   REPEAT_ONLY=1 ...                         # the policies in OUT's place are the first run (shipped,
+#                                             # untouched); only the repeat runs and is compared with them
+#                                             # (give RESULTS another folder: meta.txt is rewritten)
 #   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
 #   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
 #     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 given=""  # the command as run: the variables it was given (before the defaults below)
-for v in MODEL DATA OUT REPEAT RESULTS BUDGETS RESUME; do [[ -n "${!v+x}" ]] && given+="$v=\"${!v}\" "; done
+for v in MODEL DATA OUT REPEAT RESULTS BUDGETS RESUME REPEAT_ONLY; do [[ -n "${!v+x}" ]] && given+="$v=\"${!v}\" "; done
 MODEL=${MODEL:-models/pask-tiny-fc}
 NAME=$(basename "$MODEL")
 DATA=${DATA:-synthetic:calib:300:tiny}
@@ -25,14 +28,18 @@ ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets "$BUDGETS" --schedule
 mkdir -p "$RESULTS"
 stem=${OUT%.json}
 # a fresh run: no resumed phases, so the wall time is the whole cost (RESUME=1: continue the record)
-[[ -n "${RESUME:-}" ]] || rm -f "$stem.calibration.json"
 SECONDS=0
-.venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
+if [[ -z "${REPEAT_ONLY:-}" ]]; then
+  [[ -n "${RESUME:-}" ]] || rm -f "$stem.calibration.json"
+  .venv/bin/pask calibrate "${ARGS[@]}" --out "$OUT"
+elif [[ -z "$REPEAT" ]]; then
+  echo "REPEAT_ONLY needs a REPEAT folder" >&2; exit 2
+fi
 first=$SECONDS
 policies=("$OUT" "$stem".b*.json)
 lines=("command: $given${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" "calibrate: pask calibrate ${ARGS[*]} --out $OUT"
        "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
-       "wall (${RESUME:+resumed; }first run${RESUME:-, fresh}): ${first}s")
+       "wall (${REPEAT_ONLY:+first run not run: the files in place, }${RESUME:+resumed; }first run${RESUME:-, fresh}): ${first}s")
 for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
 if [[ -n "$REPEAT" ]]; then
   rm -rf "$REPEAT" && mkdir -p "$REPEAT"

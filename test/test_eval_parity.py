@@ -36,3 +36,14 @@ def test_first_token_diff_and_summary():
     counts = ("requests", "tokens_identical", "kept_identical", "kept_identical_until_divergence")
     assert [s[k] for k in counts] == [2, 1, 1, 1]
     assert s["kept_identical_until_divergence_pct"] == 50.0 and s["compressions_compared"] == 2
+
+
+def test_a_compression_the_server_missed_before_the_last_step_is_a_difference():
+    """The runner's one extra compression is tolerated only at its last decode step; one the
+    server missed earlier (its prefill-end compression failed, say) is not."""
+    missed = compare(_trace([5, 6, 7], []), _trace([5, 6, 7], [C0]))
+    assert missed["tokens_equal"] and not missed["kept_equal"] and not missed["kept_equal_until_divergence"]
+    assert missed["first_diff"] == 0
+    assert not compare(_trace([5, 6, 7], [C0]), _trace([5, 6, 7], [C0, C1]))["kept_equal"]
+    # one generated token: the runner compressed at prefill end, the server never ran a decode step
+    assert compare(_trace([5], []), _trace([5], [C0]))["kept_equal"]

@@ -51,3 +51,20 @@ def test_server_keeps_what_the_runner_keeps(name, tmp_path):
     assert s["kept_identical"] == 3, result["rows"]
     assert s["tokens_identical"] == 3, result["rows"]
     assert s["per_head_compressions"] == (3 if name in PER_HEAD else 0), s
+
+
+def test_kvzip_scores_prompts_whose_repeat_runs_past_the_models_positions(tmp_path):
+    """Two requests padded with train-split tools to >= 1,100 prompt tokens: KVzip's repeat runs
+    at positions up to about 2,250, past the tiny model's 2,048 (`max_position_embeddings`), so
+    the server grows SGLang's rotary table as the runner computes RoPE; every request is
+    compressed at prefill end (a failed scoring would leave it uncompressed: a difference) and
+    keeps what the runner keeps."""
+    out = tmp_path / "long"
+    r = subprocess.run([sys.executable, "bench/server_parity.py", "--method", "kvzip", "--n", "2", "--budgets", "0.33",
+                        "--schedule", "prefill", "--no-full", "--max-tokens", "32", "--min-prompt-tokens", "1100",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (result,) = json.loads((out / "results.json").read_text())
+    s = result["summary"]
+    assert s["compressions_compared"] == 2 and s["kept_identical"] == 2 and s["tokens_identical"] == 2, result["rows"]
+    assert ">= 1100 prompt tokens" in (out / "report.md").read_text()

@@ -66,8 +66,14 @@ def runner_trace(runner, body: dict, units: Sequence[Sequence[int]], max_new_tok
     return {"prompt_ids": list(res.prompt_ids), "output_ids": list(res.token_ids), "compressions": comps}
 
 
-def _aligned(s: list, r: list) -> bool:
-    return len(r) - len(s) in (0, 1) and r[:len(s)] == s
+def _aligned(s: list, r: list, outputs: int) -> bool:
+    """The server's compressions ``s`` are the runner's ``r``, but for one more of the runner's at
+    its last decode step (``>= outputs - 1``, ``outputs`` its generated tokens): the runner
+    compresses after forwarding each token, the server only before a decode step it runs, and it
+    runs none after the request's last token. A compression the server missed earlier -- at
+    prefill end, say, when its scoring failed -- is a difference."""
+    extra = r[len(s):]
+    return r[:len(s)] == s and (not extra or (len(extra) == 1 and extra[0][0] >= outputs - 1))
 
 
 def first_token_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -87,16 +93,17 @@ def compare(server: dict, runner: dict) -> dict:
     first differing compression (index), ``token_diff``; ``per_head_compressions``: the server's
     compressions that carry each KV head's set (compared with the runner's like the union)."""
     s, r = server["compressions"], runner["compressions"]
+    outputs = len(runner["output_ids"])
     first = next((i for i, (a, b) in enumerate(zip(s, r)) if a != b), None)
-    if first is None and not _aligned(s, r):
+    if first is None and not _aligned(s, r, outputs):
         first = min(len(s), len(r))
     d = first_token_diff(server["output_ids"], runner["output_ids"])
     if d is None:
-        until = _aligned(s, r)
+        until = _aligned(s, r, outputs)
     else:
         until = [c for c in s if c[0] <= d] == [c for c in r if c[0] <= d]
     per_head = sum(any(k and isinstance(k[0], list) for k in c[2].values()) for c in s)
-    return {"tokens_equal": d is None, "kept_equal": _aligned(s, r), "kept_equal_until_divergence": until,
+    return {"tokens_equal": d is None, "kept_equal": _aligned(s, r, outputs), "kept_equal_until_divergence": until,
             "compressions": len(s), "per_head_compressions": per_head, "first_diff": first, "token_diff": d,
             "output_tokens": [len(server["output_ids"]), len(runner["output_ids"])]}
 

@@ -13,7 +13,10 @@ themselves. Per layer, a held position's score is the most attention any query o
 pays it (max over the group's query heads and the queries), kept for positions inside the chunk
 and folded by max over chunks; positions a KV head no longer reads score 0 for that head.
 
-Cost: one extra forward of about the context's length per compression (KVzip's own price).
+The repeat's positions run past the context's (to about ``2T``), which may pass the model's
+``max_position_embeddings``: the rotary tables grow to reach them (:func:`_grow_rotary`), as the
+reference runner computes RoPE at any position. Cost: one extra forward of about the context's
+length per compression (KVzip's own price).
 Invariants: the pools, the request table and every request's state are unchanged by a pass; the
 backend leaves no-write mode when the pass ends, also on error.
 """
@@ -97,6 +100,18 @@ def _visible(backend, row: int, T: int, a: int, b: int, sinks: int) -> list[tupl
     return out
 
 
+def _grow_rotary(model, last: int) -> None:
+    """Let every rotary embedding of ``model`` reach position ``last``: the repeat runs after the
+    context (positions ``T .. ~2T``), which may pass the model's ``max_position_embeddings`` --
+    SGLang's cos/sin table ends there, while the reference runner computes RoPE for any position.
+    SGLang's own growth (``_ensure_cos_sin_cache_length``) appends rows by the same formula; the
+    rows below ``last`` are unchanged."""
+    for module in model.modules():
+        grow = getattr(module, "_ensure_cos_sin_cache_length", None)
+        if grow is not None and getattr(module, "cos_sin_cache", None) is not None:
+            grow(int(last))
+
+
 def _forward(backend, row: int, T: int, tokens: list[int], scoring: Pass) -> None:
     """Run ``tokens`` at positions ``T ..`` of row ``row`` through the model's layers, the backend
     in no-write mode (``scoring``)."""
@@ -114,6 +129,7 @@ def _forward(backend, row: int, T: int, tokens: list[int], scoring: Pass) -> Non
         positions=torch.arange(T, T + n, **i64), extend_num_tokens=n,
         extend_seq_lens=torch.tensor([n], **i64), extend_prefix_lens=torch.tensor([T], **i64),
         extend_start_loc=torch.zeros(1, **i64), extend_seq_lens_cpu=[n], extend_prefix_lens_cpu=[T])
+    _grow_rotary(runner.model, T + n - 1)
     backend.reconstruct = scoring
     try:
         with torch.inference_mode(), forward_context(ForwardContext(attn_backend=backend)):
