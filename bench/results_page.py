@@ -60,8 +60,11 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-vs-runner-pask-attn-n200": "Attention-informed PASK served at 0.33, prefill: "
     "accuracy through the server vs the reference runner.",
     "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200": "The sturdier calibration's attention-informed "
-    "policy at 0.5 (SnapKV's window votes per KV head, blend 0.25) served, prefill: accuracy through the "
-    "server vs the reference runner.",
+    "policies served, prefill: at 0.5 SnapKV's window votes per KV head (blend 0.25), at 0.33 KVzip's "
+    "scores (blend 0.25, the server's reconstruction forward): accuracy through the server vs the "
+    "reference runner.",
+    "pask-tiny-fc-server-vs-runner-kvzip-n200": "KVzip served at 0.33, prefill (its scores from the "
+    "server's reconstruction forward): accuracy through the server vs the reference runner.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
     "policy's operating point), through the server.",
     "pask-tiny-fc-server-required-n200": "Full KV through `make serve`, tool_choice required.",
@@ -79,6 +82,12 @@ ORDER: dict[str, str] = {
     "attention masked per head) vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-adakv-n100": "AdaKV served: kept positions, each KV head's set and tokens, "
     "server vs runner, prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-kvzip-n100": "KVzip served: kept positions, each KV head's set and tokens, "
+    "server (KVzip's scores by a reconstruction forward through SGLang's model, no-write mode) vs runner, "
+    "prefill schedule, 0.33.",
+    "pask-tiny-fc-server-parity-sturdy-attn-b0.33-n100": "The sturdier calibration's attention-informed "
+    "policy at 0.33 (its residual blends KVzip's scores) served: kept positions and tokens, server vs "
+    "runner, prefill schedule.",
     "pask-tiny-fc-server-parity-sturdy-attn-b0.5-n100": "The sturdier calibration's attention-informed "
     "policy at 0.5 (its residual by SnapKV's votes per KV head) served: kept positions, each KV head's set "
     "and tokens, server vs runner, prefill schedule.",
@@ -87,6 +96,10 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-parity-h2o-n100": "H2O served (accumulated attention recorded by the torch "
     "backend): kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-n10": "The first, small parity run.",
+    "pask-tiny-fc-server-capacity-sturdy-attn-b0.33": "The KVzip-informed 0.33 policy served at a fixed KV "
+    "memory (capacity part): its reconstruction forward's price in throughput, TPOT and TTFT vs Full KV.",
+    "pask-tiny-fc-calibration-sturdy-attn-repeat": "The attention-informed sturdier calibration run again "
+    "with the same seed and command (`REPEAT_ONLY`): its policies compared byte for byte with the shipped ones.",
     "pask-tiny-fc-server-capacity": "Serving at a fixed KV memory: concurrency, throughput and TPOT, "
     "Full KV vs PASK@0.33.",
     "compression-share-defaults": "Compression's share of the decode loop at the policy's own operating "
@@ -134,7 +147,8 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-adakv-n200": "METHOD=adakv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200":
-        "POLICIES=policies/pask-tiny-fc.sturdy-attn BUDGETS=0.5 bash bench/server_vs_runner_eval.sh",
+        'POLICIES=policies/pask-tiny-fc.sturdy-attn BUDGETS="0.5 0.33" bash bench/server_vs_runner_eval.sh',
+    "pask-tiny-fc-server-vs-runner-kvzip-n200": "METHOD=kvzip BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200":
         "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
