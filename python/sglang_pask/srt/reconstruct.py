@@ -61,31 +61,38 @@ class Pass:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, pool) -> torch.Tensor:
         """``q [n, heads * d]``, ``k``/``v`` this forward's ``[n, kv_heads * d]`` (positions ``T ..``)
         -> ``[n, heads * d_v]``; records ``top[layer]``. Scores ``q k^T * scale`` in the model's
-        dtype, masked, softmax in float32 (as the runner's ``_eager_recording``)."""
+        dtype, masked, softmax in float32 (as the runner's ``_eager_recording``). Each KV head's
+        query heads are scored together against its keys (``[kv_heads, group * c, nk + n]``: no
+        copy of K/V per query head); the visible context needs no mask but a per-head one, the
+        pass's own keys the causal one."""
         slots, _, allow = self.meta[pool.unit_of[layer.layer_id]]
         hq, hkv, dv = layer.tp_q_head_num, layer.tp_k_head_num, layer.v_head_dim
         g = hq // hkv
         n = q.shape[0]
-        qh = q.reshape(n, hq, -1).movedim(0, 1)  # [Hq, n, d]
+        qh = q.reshape(n, hkv, g, -1).permute(1, 2, 0, 3)  # [Hkv, g, n, d]: query head h*g + j
         kc = pool.get_key_buffer(layer.layer_id)[slots].movedim(0, 1).to(qh.dtype)  # [Hkv, nk, d]
         vc = pool.get_value_buffer(layer.layer_id)[slots].movedim(0, 1).to(qh.dtype)
         nk = kc.shape[1]
-        K = torch.cat([kc, k.reshape(n, hkv, -1).movedim(0, 1).to(qh.dtype)], 1).repeat_interleave(g, 0)
-        V = torch.cat([vc, v.reshape(n, hkv, dv).movedim(0, 1).to(qh.dtype)], 1).repeat_interleave(g, 0)
-        ctx = (torch.ones(1, 1, nk, dtype=torch.bool) if allow is None
-               else allow.repeat_interleave(g, 0)[:, None, :])  # [Hq | 1, 1, nk]
+        K = torch.cat([kc, k.reshape(n, hkv, -1).movedim(0, 1).to(qh.dtype)], 1)  # [Hkv, nk + n, d]
+        V = torch.cat([vc, v.reshape(n, hkv, dv).movedim(0, 1).to(qh.dtype)], 1)
+        hidden = None if allow is None else ~allow[:, None, None, :]  # [Hkv, 1, 1, nk]
         own = torch.arange(n)
-        outs, tops = [], []
+        outs, top = [], None
         for s in range(0, n, CHUNK):
-            qc = qh[:, s:s + CHUNK]
-            c = qc.shape[1]
-            mask = torch.cat([ctx.expand(hq, c, nk), (own[None, :] <= own[s:s + c, None]).expand(hq, c, n)], -1)
-            scores = torch.matmul(qc, K.transpose(-1, -2)) * layer.scaling  # [Hq, c, nk + n]
-            probs = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
-            outs.append(torch.matmul(probs.to(V.dtype), V))  # [Hq, c, dv]
-            tops.append(probs[..., :nk].unflatten(0, (hkv, g)).amax(dim=(1, 2)))  # [Hkv, nk]
-        self.top[layer.layer_id] = torch.stack(tops).amax(0)
-        return torch.cat(outs, 1).movedim(0, 1).reshape(n, hq * dv).to(q.dtype)
+            qc = qh[:, :, s:s + CHUNK]
+            c = qc.shape[2]
+            scores = torch.matmul(qc.reshape(hkv, g * c, -1), K.transpose(-1, -2)).view(hkv, g, c, nk + n)
+            scores = (scores * layer.scaling).float()  # [Hkv, g, c, nk + n]
+            scores[..., nk:].masked_fill_(own[None, :] > own[s:s + c, None], float("-inf"))
+            if hidden is not None:
+                scores[..., :nk].masked_fill_(hidden, float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            outs.append(torch.matmul(probs.view(hkv, g * c, -1).to(V.dtype), V).view(hkv, g, c, dv))
+            t = probs[..., :nk].amax(dim=(1, 2))  # [Hkv, nk]
+            top = t if top is None else torch.maximum(top, t)
+        self.top[layer.layer_id] = top
+        out = torch.cat(outs, 2).reshape(hq, n, dv)  # [Hq, n, dv]
+        return out.movedim(0, 1).reshape(n, hq * dv).to(q.dtype)
 
 
 def _visible(backend, row: int, T: int, a: int, b: int, sinks: int) -> list[tuple]:
