@@ -76,7 +76,13 @@ def around_configure(original, configurator, *args, **kwargs):
         return result
     pool = alloc.pool
     full_bytes = alloc.size * pool.layer_num * pool.bytes_per_token_layer()
-    logger.info("sglang_pask: %s", active_config().describe())
+    config = active_config()
+    logger.info("sglang_pask: %s", config.describe())
+    if config.method.needs_attention == "kvzip_heads" and config.method.schedule != "prefill":
+        logger.warning("sglang_pask: %s reads KVzip's scores, one forward of the context per compression; "
+                       "under schedule %s that is every %d decode step(s) once a request is over its budget "
+                       "(KVzip's authors score once: --pask-schedule prefill)", config.method.name,
+                       config.method.schedule, config.method.interval)
     logger.info("sglang_pask: KV pools: %d full ids (index only), %d unit(s) x %d slots; KV %.2f MB "
                 "(Full KV for %d tokens: %.2f MB, ratio %.3f) + indices %.2f MB; the scheduler sees "
                 "max_total_num_tokens=%d", alloc.size, len(pool.units), pool.unit_size,

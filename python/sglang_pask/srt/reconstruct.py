@@ -75,8 +75,8 @@ class Pass:
         nk = kc.shape[1]
         K = torch.cat([kc, k.reshape(n, hkv, -1).movedim(0, 1).to(qh.dtype)], 1)  # [Hkv, nk + n, d]
         V = torch.cat([vc, v.reshape(n, hkv, dv).movedim(0, 1).to(qh.dtype)], 1)
-        hidden = None if allow is None else ~allow[:, None, None, :]  # [Hkv, 1, 1, nk]
-        own = torch.arange(n)
+        hidden = None if allow is None else ~allow.to(q.device)[:, None, None, :]  # [Hkv, 1, 1, nk]
+        own = torch.arange(n, device=q.device)
         outs, top = [], None
         for s in range(0, n, CHUNK):
             qc = qh[:, :, s:s + CHUNK]
@@ -171,7 +171,7 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
         for layer, top in scoring.top.items():
             pos = scoring.meta[backend.pool.unit_of[layer]][1]
             got = torch.zeros(H, T)
-            got[:, pos] = top.float().cpu()
+            got[:, pos.cpu()] = top.float().cpu()
             inside = torch.zeros(T, dtype=torch.bool)
             inside[a:b] = True
             dense[layer] = torch.where(inside[None], torch.maximum(dense[layer], got), dense[layer])
