@@ -7,7 +7,9 @@
 #   REPEAT= bash bench/tiny_calibrate.sh      # skip the determinism run
 #   REPEAT_ONLY=1 ...                         # the policies in OUT's place are the first run (shipped,
 #                                             # untouched); only the repeat runs and is compared with them
-#                                             # (give RESULTS another folder: meta.txt is rewritten)
+#                                             # (give RESULTS another folder: meta.txt is rewritten);
+#                                             # REPEAT_ONLY=compare: compare the files already in REPEAT
+#   # a repeat at another commit differs in the policies' provenance lines only (tool_version, date): said so
 #   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
 #   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
 #     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
@@ -41,14 +43,23 @@ lines=("command: $given${EXTRA:+EXTRA=\"$EXTRA\" }bash bench/tiny_calibrate.sh" 
        "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no -- python | grep -q . && echo -dirty || true)"
        "wall (${REPEAT_ONLY:+first run not run: the files in place, }${RESUME:+resumed; }first run${RESUME:-, fresh}): ${first}s")
 for p in "${policies[@]}"; do lines+=("sha256 $(sha256sum "$p" | cut -c1-64) $p"); done
+# a policy's provenance lines: the code version that wrote it (a repeat at another commit differs there only)
+PROVENANCE='^ *"\(tool_version\|date\)": '
 if [[ -n "$REPEAT" ]]; then
-  rm -rf "$REPEAT" && mkdir -p "$REPEAT"
-  SECONDS=0
-  .venv/bin/pask calibrate "${ARGS[@]}" --out "$REPEAT/$(basename "$OUT")"
-  lines+=("wall (repeat run): ${SECONDS}s")
+  if [[ "${REPEAT_ONLY:-}" == compare ]]; then  # the repeat's files are in REPEAT already: compare only
+    lines+=("repeat run: not run here, its files in $REPEAT")
+  else
+    rm -rf "$REPEAT" && mkdir -p "$REPEAT"
+    SECONDS=0
+    .venv/bin/pask calibrate "${ARGS[@]}" --out "$REPEAT/$(basename "$OUT")"
+    lines+=("wall (repeat run): ${SECONDS}s")
+  fi
   same=yes
   for p in "${policies[@]}"; do
     if cmp -s "$p" "$REPEAT/$(basename "$p")"; then lines+=("identical: $(basename "$p")")
+    elif cmp -s <(grep -v "$PROVENANCE" "$p") <(grep -v "$PROVENANCE" "$REPEAT/$(basename "$p")"); then
+      lines+=("identical but for the provenance (the code version that wrote it: tool_version, date): $(basename "$p")")
+      same=provenance
     else lines+=("DIFFERENT: $(basename "$p")"); same=no; fi
   done
   lines+=("byte-identical policies across the two runs: $same")
