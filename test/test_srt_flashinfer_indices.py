@@ -14,8 +14,9 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 import torch
-from sglang_pask.srt.attention import held_slots, sparse_attention
+from sglang_pask.srt.attention import sparse_attention
 from sglang_pask.srt.flashinfer_backend import build_unit_indices, merge_lse_states
+from sglang_pask.srt.segment_views import held_slots
 
 MOD = "sglang_pask.srt.flashinfer_backend"
 

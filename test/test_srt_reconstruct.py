@@ -109,5 +109,5 @@ def test_kvzip_heads_needs_the_torch_backend(monkeypatch):
     monkeypatch.setattr(reconstruct, "BACKEND", None)
     config, rig, req = _rig_with_context(8, seed=0)
     with pytest.raises(RuntimeError, match="torch attention backend"):
-        reconstruct.kvzip_heads(req, 8, rig.held(req), config.units, config.method, backend=None)
+        reconstruct.kvzip_heads(req, 8, rig.held(req), config.method, backend=None)
     rig.release(req)

@@ -270,9 +270,10 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
 SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets")
 
 
-def reused_rows(path: str, key: dict, budget: str) -> tuple[dict, Optional[list]]:
+def reused_rows(path: str, key: dict, budget: str, passes: int) -> tuple[dict, Optional[list], Optional[str]]:
     """(``{label: row}`` of every member the record at ``path`` scored at ``budget``, the baseline's
-    per-entry outcomes where the record holds them, else None). The members are its search's rows
+    per-entry outcomes where the record holds them, else None, and :func:`passes_warning` for a
+    search of ``passes`` passes). The members are its search's rows
     and those only its k-fold scored, or, for a search it has not finished (stopped, or still
     running), the members scored so far; each with per-entry outcomes. Its configuration must
     equal ``key`` except for :data:`SEARCH_FREE` (ReuseError naming the first field that differs
@@ -287,14 +288,13 @@ def reused_rows(path: str, key: dict, budget: str) -> tuple[dict, Optional[list]
     if any("valid" not in r and "values" not in r for r in rows):
         raise ReuseError(f"--reuse-search {path}: its rows at b={budget} hold no per-entry outcomes "
                          "(written before they were recorded)")
-    return {r["label"]: r for r in rows}, base
+    return {r["label"]: r for r in rows}, base, passes_warning(other, path, budget, passes)
 
 
-def passes_warning(path: str, budget: str, passes: int) -> Optional[str]:
-    """A warning when the record at ``path`` searched with more passes than this run (``passes``):
-    members it reached on a later pass are lent, but this run's search follows fewer passes and
-    may stop short of its best member (None when it searched as many passes or fewer)."""
-    other = json.loads(Path(path).read_text())
+def passes_warning(other: dict, path: str, budget: str, passes: int) -> Optional[str]:
+    """A warning when the record ``other`` (read from ``path``) searched with more passes than this
+    run (``passes``): members it reached on a later pass are lent, but this run's search follows
+    fewer passes and may stop short of its best member (None when it searched as many or fewer)."""
     theirs = int(other.get("config", {}).get("search_passes", 2))
     if theirs <= passes:
         return None
@@ -375,7 +375,7 @@ def calibrate(cfg: Config) -> dict:
             if cfg.reuse_search and "reused_rows" not in partial:
                 lent_from = []
                 for path in cfg.reuse_search:  # the first record to score a member lends it
-                    lent, base = reused_rows(path, key, k)
+                    lent, base, warning = reused_rows(path, key, k, cfg.search_passes)
                     fresh = {lab: r for lab, r in lent.items() if lab not in partial.get("rows", {})}
                     partial.setdefault("rows", {}).update(fresh)
                     if base is not None and "baseline" not in partial:
@@ -383,7 +383,6 @@ def calibrate(cfg: Config) -> dict:
                     lent_from.append({"record": path, "members": len(fresh)})
                     print(f"pask calibrate: b={k}: {len(fresh)} scored members reused from {path}",
                           file=sys.stderr)
-                    warning = passes_warning(path, k, cfg.search_passes)
                     if warning:
                         lent_from[-1]["warning"] = warning
                         print(f"pask calibrate: warning: {warning}", file=sys.stderr)

@@ -36,7 +36,7 @@ from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
 from sglang_pask.srt import head_masks, reconstruct, segment_views, window_stats
-from sglang_pask.srt.segment_views import held_slots  # noqa: F401  (its home: the views it applies)
+from sglang_pask.srt.segment_views import held_slots
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)

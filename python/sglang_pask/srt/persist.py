@@ -104,7 +104,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
         for layer in layers:
             retained[layer] = h
     classes = tags.classes(req, seq_len)
-    attention = _attention(req, retained, step, method, seq_len, units)
+    attention = _attention(req, retained, step, method, seq_len)
     if seg:
         view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
                         PROTECTED_TAIL, tags.prompt_len, attention=attention)
@@ -151,14 +151,14 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
     return freed
 
 
-def _attention(req, retained, step: int, method, seq_len: int, units):
+def _attention(req, retained, step: int, method, seq_len: int):
     """The request's attention statistics aligned with ``retained`` (None: the method needs
     none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops.
     KVzip's scores come from a reconstruction forward run now (:mod:`.reconstruct`)."""
     if method.needs_attention == "kvzip_heads":
         from sglang_pask.srt.reconstruct import kvzip_heads
 
-        return AttentionStats(kvzip_heads=kvzip_heads(req, seq_len, retained, units, method))
+        return AttentionStats(kvzip_heads=kvzip_heads(req, seq_len, retained, method))
     rec = window_stats.RECORDER
     if rec is None or method.needs_attention is None:
         return None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 import torch
@@ -145,11 +144,11 @@ def _forward(backend, row: int, T: int, tokens: list[int], scoring: Pass) -> Non
         backend.reconstruct = None
 
 
-def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
-                backend=None) -> list[np.ndarray]:
+def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], method, backend=None) -> list[np.ndarray]:
     """Per layer, float32 ``[kv_heads, len(retained[l])]``: KVzip's score of each held position
     of request ``req``'s first ``seq_len`` tokens (``method``: its ``chunk_size`` and ``n_sink``),
-    as the reference runner's ``hf/kvzip.kvzip_heads``."""
+    as the reference runner's ``hf/kvzip.kvzip_heads``. A position a KV head no longer reads
+    scores 0 for that head: the pass's attention already hid it (:func:`_visible`)."""
     from sglang_pask.hf.kvzip import reconstruction_chunks
 
     backend = backend or BACKEND
@@ -168,21 +167,12 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], units, method,
         _forward(backend, row, T, tokens, scoring)
         COUNTERS["forwards"] += 1
         COUNTERS["tokens"] += len(tokens)
-        for layer, top in scoring.top.items():
+        for layer, top in scoring.top.items():  # the chunks partition [0, T): each position scored once
             pos = scoring.meta[backend.pool.unit_of[layer]][1]
-            got = torch.zeros(H, T)
-            got[:, pos.cpu()] = top.float().cpu()
-            inside = torch.zeros(T, dtype=torch.bool)
-            inside[a:b] = True
-            dense[layer] = torch.where(inside[None], torch.maximum(dense[layer], got), dense[layer])
-    out = []
-    for layer, pos in enumerate(retained):
-        u = next(i for i, layers in enumerate(units) if layer in layers)
-        scores = dense[layer][:, torch.from_numpy(np.asarray(pos, dtype=np.int64))]
-        mask: Optional[np.ndarray] = head_masks.view_mask(row, u, pos)
-        if mask is not None:
-            scores = scores * torch.from_numpy(mask)
-        out.append(scores.numpy().astype(np.float32))
+            inside = (pos >= a) & (pos < b)
+            dense[layer][:, pos[inside].cpu()] = top[:, inside].float().cpu()
+    out = [dense[layer][:, torch.from_numpy(np.asarray(pos, dtype=np.int64))].numpy().astype(np.float32)
+           for layer, pos in enumerate(retained)]
     COUNTERS["scored"] += 1
     COUNTERS["seconds"] += time.perf_counter() - t0
     return out
