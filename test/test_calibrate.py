@@ -503,7 +503,7 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     from sglang_pask.calibrate.family import BLEND_AXES, SCORER_BLEND, SCORERS, START, Member, compile_policy
     from sglang_pask.policy.binding import ModelBinding
 
-    assert list(BLEND_AXES)[-2:] == ["scorer", "blend"] and set(BLEND_AXES["scorer"]) == set(SCORERS)
+    assert list(BLEND_AXES)[-3:] == ["scorer", "split", "blend"] and set(BLEND_AXES["scorer"]) == set(SCORERS)
     m = Member(window_frac=0.25, top_k=0, alpha=0.0, scorer="kvzip/heads")
     assert m.blend == SCORER_BLEND and m.label.endswith(" blend=0.5 scorer=kvzip/heads")
     assert Member(window_frac=0.25, top_k=0, alpha=0.0, blend=0.25, scorer="kvzip").blend == 0.25
@@ -515,7 +515,39 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0)
     assert (pol.attention_blend, pol.attention_stat, pol.head_split) == (0.5, "kvzip", True)
     lookup = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, START, 200.0).document()
-    assert not {"attention_blend", "attention_stat", "head_split"} & set(lookup)
+    assert not {"attention_blend", "attention_stat", "head_split", "residual_split"} & set(lookup)
+
+
+def test_split_members_rank_the_residual_and_hold_no_shares():
+    """``split=scores`` compiles to the policy's ``residual_split``, starts at blend 0.5 like a
+    scorer, and holds alpha and tilt at 0 (a ranked member reads no shares, so the axes' other values
+    are the same member); ``--search-start`` sets the start's fields by name and type, naming a bad
+    one."""
+    from dataclasses import replace
+
+    from sglang_pask.calibrate.family import SCORER_BLEND, START, Member, compile_policy, parse_start
+    from sglang_pask.policy.binding import ModelBinding
+
+    m = Member(window_frac=0.0, top_k=1, alpha=1.0, tilt=2.0, rank="joint", scorer="kvzip/heads", split="scores")
+    assert (m.blend, m.alpha, m.tilt) == (SCORER_BLEND, 0.0, 0.0)
+    assert m.label.endswith(" scorer=kvzip/heads split=scores")
+    assert m == Member(window_frac=0.0, top_k=1, alpha=0.0, rank="joint", scorer="kvzip/heads", split="scores")
+    with pytest.raises(ValueError, match="split must be one of"):
+        Member(window_frac=0.25, top_k=0, alpha=0.0, split="even")
+    binding = ModelBinding.from_model(str(FC))
+    score = [{"TOOL_NAME": 1.0}, {"TOOL_NAME": 0.5}]
+    dist = [{"0.2": 0.1}, {"0.2": 0.2}]
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.2, replace(m, rank="total"), 200.0)
+    assert (pol.residual_split, pol.attention_stat, pol.head_split) == ("scores", "kvzip", True)
+    assert pol.document()["residual_split"] == "scores"
+    start = parse_start("rank=joint, window_frac=0,blend=0.5,scorer=kvzip/heads,split=scores,top_k=1")
+    assert start == Member(window_frac=0.0, top_k=1, alpha=0.0, sinks=START.sinks, rank="joint", blend=0.5,
+                           scorer="kvzip/heads", split="scores")
+    assert parse_start("") == START
+    with pytest.raises(ValueError, match="'width=1' is not FIELD=VALUE"):
+        parse_start("width=1")
+    with pytest.raises(ValueError, match="top_k='x' is not a int"):
+        parse_start("top_k=x")
 
 
 def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):

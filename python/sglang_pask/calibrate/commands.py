@@ -57,6 +57,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "blended with SnapKV's window votes (policy field attention_blend, tried at 0, "
                         "0.25, 0.5, 0.75, 1, after the other axes). Such policies run on the reference "
                         "runner and on the server's torch backend (the server records the window's attention)")
+    p.add_argument("--search-start", default="", metavar="FIELD=V[,FIELD=V...]",
+                   help="where the family search (and each k-fold search) starts: the default start "
+                        "(window_frac=0.25, top_k=0, alpha=0, sinks=4, tilt=0, rank=total) with these fields "
+                        "set, e.g. rank=joint,window_frac=0,blend=0.5,scorer=kvzip/heads,split=scores "
+                        "(the attention-informed region, with --attention-blend)")
     p.add_argument("--baseline", default="snapkv", metavar="METHOD[:OPT=V...]",
                    help="the method every search member and the held-out check are paired with, at the same "
                         "schedule and budget: pass the strongest one on calib (default snapkv, per KV head; "
@@ -101,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
                      reuse_stages=args.reuse_stages, attention_blend=args.attention_blend,
+                     search_start=args.search_start,
                      baseline=args.baseline, folds=args.folds, reuse_search=tuple(args.reuse_search))
         from pathlib import Path
 

@@ -33,7 +33,16 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
   what the radix segment runs; > 0 blends attention votes into the residual's order: SnapKV's
   window votes, which the server's torch backend records, or KVzip's reconstruction scores, per
   group or per KV head, reference runner only). Visited last, so the attention-informed search
-  scores every member the pure one does first, and keeps the lookup unless a blend beats it.
+  scores every member the pure one does first, and keeps the lookup unless a blend beats it;
+* ``split`` (only in :data:`BLEND_AXES`): the policy's ``residual_split`` -- ``share`` (by
+  ``residual_share``) or ``scores`` (one ranking of every group's and KV head's residual by the
+  blended score, :class:`~sglang_pask.methods.pask.Pask` step 7). A ranked member reads no
+  ``residual_share`` (except when no group has a candidate), so its ``alpha`` and ``tilt`` are held
+  at 0: the axes' other values are the same member and cost nothing.
+
+The search starts at :data:`START` unless told otherwise (``pask calibrate --search-start``,
+:func:`parse_start`: e.g. the attention-informed region the coordinate rule cannot walk into from
+the lookup's start, where every budget slot is taken by a recent window and floors).
 
 :data:`AXES` are the values the coordinate search (:mod:`.search`) tries for each field, from
 :data:`START`.
@@ -50,8 +59,8 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "BLEND_AXES", "JOINT_RANKS", "PINS", "START", "sensitivity_score", "class_order",
-           "joint_score", "residual_shares", "compile_policy"]
+__all__ = ["Member", "AXES", "BLEND_AXES", "JOINT_RANKS", "PINS", "SPLITS", "START", "sensitivity_score",
+           "class_order", "joint_score", "residual_shares", "compile_policy", "parse_start"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ class Member:
     blend: float = 0.0  # the policy's attention_blend
     floor: float = 1.0  # the floor of the top_k classes (pins are always floored at 1)
     scorer: str = "window"  # a key of SCORERS: the statistic a blend reads, and whether per KV head
+    split: str = "share"  # one of SPLITS: the policy's residual_split
 
     def __post_init__(self):
         if self.pin not in PINS:
@@ -78,8 +88,13 @@ class Member:
             object.__setattr__(self, "floor", 1.0)
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {', '.join(map(repr, SCORERS))}, got {self.scorer!r}")
-        if self.scorer != "window" and not self.blend:  # a scorer is read only with a blend: its start
-            object.__setattr__(self, "blend", SCORER_BLEND)
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {self.split!r}")
+        if (self.scorer != "window" or self.split != "share") and not self.blend:
+            object.__setattr__(self, "blend", SCORER_BLEND)  # read only with a blend: its start
+        if self.split != "share":  # the ranking splits the residual: no shares to shape
+            object.__setattr__(self, "alpha", 0.0)
+            object.__setattr__(self, "tilt", 0.0)
 
     @property
     def label(self) -> str:
@@ -87,7 +102,8 @@ class Member:
                 f"sinks={self.sinks} tilt={self.tilt:g}" + (f" pin={self.pin}" if self.pin else "")
                 + (f" blend={self.blend:g}" if self.blend else "")
                 + (f" floor={self.floor:g}" if self.floor != 1.0 else "")
-                + (f" scorer={self.scorer}" if self.scorer != "window" else ""))
+                + (f" scorer={self.scorer}" if self.scorer != "window" else "")
+                + (f" split={self.split}" if self.split != "share" else ""))
 
 
 #: the class sets a member may pin in every group (floor 1): none, the names a call copies, and the
@@ -106,6 +122,8 @@ SCORERS: dict[str, tuple[str, bool]] = {"window": ("window", False), "window/hea
 #: the blend a member that names a scorer other than ``window`` gets when it has none (so the
 #: scorer axis, visited at blend 0, tries every statistic; the blend axis then tunes it)
 SCORER_BLEND = 0.5
+#: a member's ``split`` values (the policy's ``residual_split``)
+SPLITS = ("share", "scores")
 
 
 #: the values the coordinate search tries per field, in the order the fields are visited
@@ -123,9 +141,29 @@ AXES: dict[str, tuple] = {
 JOINT_RANKS = ("joint",)
 #: the attention-informed family (``pask calibrate --attention-blend``): :data:`AXES` plus the
 #: blend, visited last; its policies run on the reference runner only, so it is opt-in
-BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(SCORERS), "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
+BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(SCORERS), "split": SPLITS,
+                                 "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
 #: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
 START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
+
+
+def parse_start(spec: str) -> Member:
+    """:data:`START` with the fields of ``spec`` (``FIELD=VALUE,...``, e.g.
+    ``rank=joint,window_frac=0,blend=0.5,scorer=kvzip/heads,split=scores``) set, each converted to
+    the field's type; ValueError naming an unknown field or a bad value."""
+    from dataclasses import fields, replace
+
+    types = {f.name: type(getattr(START, f.name)) for f in fields(Member)}
+    changes = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq or name not in types:
+            raise ValueError(f"--search-start: {part!r} is not FIELD=VALUE with FIELD one of {', '.join(types)}")
+        try:
+            changes[name] = types[name](value)
+        except ValueError:
+            raise ValueError(f"--search-start: {name}={value!r} is not a {types[name].__name__}") from None
+    return replace(START, **changes)
 
 
 def sensitivity_score(sens: dict) -> list[dict[str, float]]:
@@ -203,6 +241,7 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "attention_blend": member.blend,
         "attention_stat": SCORERS[member.scorer][0],
         "head_split": SCORERS[member.scorer][1],
+        "residual_split": member.split,
         "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })

@@ -33,6 +33,7 @@ from sglang_pask.calibrate.family import (
     Member,
     compile_policy,
     joint_score,
+    parse_start,
     sensitivity_score,
 )
 from sglang_pask.calibrate.search import OBJECTIVES, check_policy, max_members, search_budget
@@ -96,6 +97,8 @@ class Config:
     baseline: str = "snapkv"
     #: k > 1: the k-fold estimate of the search on the fit entries (:mod:`.kfold`); 0: none
     folds: int = 0
+    #: where the search starts (:func:`~.family.parse_start`; empty: :data:`~.family.START`)
+    search_start: str = ""
 
     @property
     def axes(self) -> dict:
@@ -113,7 +116,7 @@ class Config:
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
                             "search_passes", "search_objective", "reuse_stages", "attention_blend",
-                            "baseline", "folds", "reuse_search")}
+                            "baseline", "folds", "reuse_search", "search_start")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -133,6 +136,8 @@ class Config:
         key["baseline"] = self.baseline
         if self.folds:
             key["folds"] = self.folds
+        if self.search_start:
+            key["search_start"] = self.search_start
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -158,6 +163,9 @@ class Config:
             raise ValueError(f"--search-passes must be >= 1, got {self.search_passes}")
         if self.prefill_memo_mb < 0:
             raise ValueError(f"--prefill-memo-mb must be >= 0, got {self.prefill_memo_mb}")
+        start = parse_start(self.search_start)  # raises naming a bad field
+        if (start.blend or start.scorer != "window" or start.split != "share") and not self.attention_blend:
+            raise ValueError(f"--search-start {self.search_start}: an attention-informed start needs --attention-blend")
         if self.folds == 1 or self.folds < 0 or self.folds > self.fit_n:
             raise ValueError(f"--folds must be 0 (none) or in 2..--fit-n ({self.fit_n}), got {self.folds}")
         from sglang_pask.methods import METHODS, make_method
@@ -402,7 +410,8 @@ def calibrate(cfg: Config) -> dict:
                 searches[k] = search_budget(runner, member_policy, fit, b, settings, cfg.seed, cfg.point,
                                             tick=bar.update, axes=cfg.axes, passes=cfg.search_passes,
                                             objective=cfg.search_objective, progress=partial, save=save_progress,
-                                            references=references, baseline=cfg.baseline, folds=cfg.folds)
+                                            references=references, baseline=cfg.baseline, folds=cfg.folds,
+                                            start=parse_start(cfg.search_start))
             del doc["search_progress"][k]
             timings[f"search {k}"] = round(before + time.perf_counter() - t, 1)
             save()

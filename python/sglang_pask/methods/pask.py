@@ -34,6 +34,19 @@ Budget arithmetic, per compression point (``S = floor(b*L*T)``, ``L`` layers, gr
    ``kvzip_heads`` row, pooled and scaled as above) -- and the layer holds the union (AdaKV's and
    SnapKV's per-head form; budgets count per head, :mod:`.base`).
 
+7. **Ranked split** (``residual_split = "scores"``, with a blend): the residual is split across
+   groups not by ``residual_share`` but by one ranking of every group's (every KV head's, with
+   ``head_split``) residual candidates -- the held positions outside the granted mandatory set, by
+   their tiered scores with the votes scaled by the **largest over all groups and heads** (not
+   each set's own), each group's statistic the **mean** over its layers -- so a group whose
+   attention is concentrated keeps few positions and a diffuse one many (KVzip's one ranking over
+   layers and heads; AdaKV's over heads). Each candidate costs its group's layer count; the top
+   ones within ``R`` (per KV head: ``H * R``) give each group's weight, and step 4 water-fills
+   ``R`` by those weights instead of the shares (all zero: the shares). With ``head_split`` a
+   group's heads then share ``H`` times its allocation by the same scores (AdaKV's split: each
+   head first keeps its mandatory set, the rest go to the best scores over the group's heads), so
+   heads keep different counts (:attr:`~.base.KVMethod.adaptive_heads`).
+
 Every layer of a group keeps the same set (one decision per group; per head with ``head_split``).
 """
 
@@ -47,7 +60,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
-from sglang_pask.methods.scorer import max_pool, recency, top_n, union_selection
+from sglang_pask.methods.scorer import adaptive_split, max_pool, recency, top_n, union_selection
 from sglang_pask.policy.digest import policy_hash
 from sglang_pask.structure.classes import StructClass
 
@@ -66,6 +79,8 @@ OBSERVATION, KERNEL = 32, 7
 #: the statistics the residual may be blended with, and the engine's field for each (group-wide,
 #: per KV head)
 STATS = {"window": ("window", "window_heads"), "kvzip": ("kvzip_heads", "kvzip_heads")}
+#: how the residual is split across groups (module docstring steps 4 and 7)
+SPLITS = ("share", "scores")
 
 
 NO_POLICY = "pask needs a policy: pass --policy FILE (or policy=... in Python)"
@@ -86,13 +101,16 @@ class Pask(KVMethod):
     attention votes and then needs attention statistics), ``attention_stat`` (None: the policy's;
     ``window``: SnapKV's observation-window votes, ``kvzip``: KVzip's reconstruction scores) and
     ``head_split`` (None: the policy's; True: one set per KV head, module docstring step 6); both
-    matter only with a blend. Sinks and the recent window are the policy's (:attr:`sinks`,
+    matter only with a blend; ``residual_split`` (None: the policy's; ``share``: by
+    ``residual_share``, ``scores``: by one ranking over groups and heads, module docstring step
+    7; needs a blend). Sinks and the recent window are the policy's (:attr:`sinks`,
     :attr:`window`)."""
 
     name = "pask"
     per_group = True
     # the pure lookup records as before these fields existed
-    record_omits = {"attention_blend": 0.0, "attention_stat": "window", "head_split": False}
+    record_omits = {"attention_blend": 0.0, "attention_stat": "window", "head_split": False,
+                    "residual_split": "share"}
     #: KVzip's defaults for the ``kvzip`` statistic's reconstruction (the engine reads them as it
     #: reads :class:`~.kvzip.KVzip`'s): chunk length, and the first positions every chunk sees
     chunk_size: ClassVar[int] = 2048
@@ -106,6 +124,7 @@ class Pask(KVMethod):
     attention_blend: Optional[float] = None
     attention_stat: Optional[str] = None
     head_split: Optional[bool] = None
+    residual_split: Optional[str] = None
     policy_name: Optional[str] = field(init=False, default=None)
     policy_sha256: str = field(init=False, default="", repr=False)
 
@@ -129,11 +148,17 @@ class Pask(KVMethod):
         split = self.policy.head_split if self.head_split is None else self.head_split
         self._check("head_split", isinstance(split, (bool, np.bool_)), "must be a bool")
         self._set("head_split", bool(split))
+        rsplit = self.policy.residual_split if self.residual_split is None else self.residual_split
+        self._check("residual_split", rsplit in SPLITS, f"must be one of {', '.join(SPLITS)}")
+        self._check("residual_split", rsplit == "share" or blend > 0,
+                    "'scores' ranks the residual by attention votes and needs attention_blend > 0")
+        self._set("residual_split", rsplit)
         # instance attributes over the class's: the registry's pask needs no statistics and keeps
         # one set per group; an attention-informed one needs its statistic's (the engines ask the
         # instance), and with head_split keeps one set per KV head
         self._set("needs_attention", STATS[stat][int(self.head_split)] if blend > 0 else None)
         self._set("per_head", blend > 0 and self.head_split)
+        self._set("adaptive_heads", self.per_head and rsplit == "scores")
         self._set("policy_name", self.policy.name)
         self._set("policy_sha256", policy_hash(self.policy))
 
@@ -186,9 +211,16 @@ class Pask(KVMethod):
                     raise ValueError(f"pask keeps one set per group, but layers {layers[0]} and "
                                      f"{layer} of group {g} hold different positions")
 
-    def _tiers(self, view: CacheView, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    @property
+    def ranked(self) -> bool:
+        """Whether the residual is split across groups by one ranking (step 7)."""
+        return self.residual_split == "scores"
+
+    def _tiers(self, view: CacheView, g: int, top: Optional[float] = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For group ``g``'s held positions: (scores without delimiter promotion, mandatory
-        mask (anchors + protected), protected mask)."""
+        mask (anchors + protected), protected mask). ``top``: the votes' scale (step 7; None: the
+        group's own maximum)."""
         held = view.retained[view.groups[g][0]]
         cls = view.classes[held]
         rank = self.ranks[g][cls]
@@ -208,7 +240,8 @@ class Pask(KVMethod):
         score = RESIDUAL + (C - 1 - rank) + rec
         if self.blended and not self.head_split:
             b = self.attention_blend
-            score = RESIDUAL + C * ((1.0 - b) * (C - 1 - rank + rec) / C + b * self._votes(view, g, held))
+            votes = self._scaled(view, held, self._unit_votes(view, g)[0][1], top)
+            score = RESIDUAL + C * ((1.0 - b) * (C - 1 - rank + rec) / C + b * votes)
         score = np.where(protected, PROTECTED + (C - 1 - rank) + rec, score)
         score = np.where(window, WINDOW + rec, score)
         score = np.where(sink, SINK + rec, score)
@@ -220,27 +253,57 @@ class Pask(KVMethod):
                              "engine gave no attention statistics")
         return view.attention.get(self.needs_attention, view)
 
-    def _scaled(self, view: CacheView, held: np.ndarray, votes: np.ndarray) -> np.ndarray:
-        """float ``[m]`` in [0, 1] from raw ``votes`` ``[m]`` at ``held`` ``[m]`` (module docstring
-        step 5): ``window``: max-pooled over the prefix and divided by its maximum (0 where the
-        prefix received none), the observation window itself 1; ``kvzip``: divided by its maximum."""
+    def _pooled(self, view: CacheView, held: np.ndarray, votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values ``[m]``, observed bool ``[m]``) before scaling: ``window``: the prefix max-
+        pooled, the observation window marked observed; ``kvzip``: the votes, nothing observed."""
         if self.attention_stat == "kvzip":
-            top = votes.max(initial=0.0)
-            return votes / top if top > 0 else np.zeros(held.size)
+            return np.asarray(votes, dtype=np.float64), np.zeros(held.size, dtype=bool)
         observed = held >= view.seq_len - view.attention.window_size
+        out = np.zeros(held.size)
+        out[~observed] = max_pool(votes[~observed], KERNEL)
+        return out, observed
+
+    def _scaled(self, view: CacheView, held: np.ndarray, votes: np.ndarray, top: Optional[float] = None
+                ) -> np.ndarray:
+        """float ``[m]`` in [0, 1] from raw ``votes`` ``[m]`` at ``held`` ``[m]`` (module docstring
+        step 5): :meth:`_pooled`, divided by ``top`` (None: its own maximum over the unobserved; 0
+        where that is 0), the observation window 1."""
+        vals, observed = self._pooled(view, held, votes)
+        if top is None:
+            top = vals[~observed].max(initial=0.0)
         out = np.ones(held.size)
-        pooled = max_pool(votes[~observed], KERNEL)
-        top = pooled.max(initial=0.0)
-        out[~observed] = pooled / top if top > 0 else 0.0
+        out[~observed] = vals[~observed] / top if top > 0 else 0.0
         return out
 
-    def _votes(self, view: CacheView, g: int, held: np.ndarray) -> np.ndarray:
-        """float ``[m]`` in [0, 1] for group ``g``'s held positions ``held`` ``[m]``: the
-        statistic summed over the group's layers (``kvzip``: the most over its KV heads first),
-        scaled by :meth:`_scaled`."""
+    def _unit_votes(self, view: CacheView, g: int) -> list[tuple[Optional[np.ndarray], np.ndarray]]:
+        """Group ``g``'s units -- one per KV head with ``head_split``, else the group -- as
+        (owned: bool ``[m]`` over the group's held positions or None for all, raw votes over the
+        owned positions): the statistic summed over the group's layers (the group-wide ``kvzip``
+        statistic: the most over its KV heads first); with the ranked split (step 7) the mean."""
         stats = self._stats(view)
-        per = [stats[layer] if stats[layer].ndim == 1 else stats[layer].max(axis=0) for layer in view.groups[g]]
-        return self._scaled(view, held, np.sum(per, axis=0))
+        layers = view.groups[g]
+        scale = 1.0 / len(layers) if self.ranked else 1.0
+        if not self.head_split:
+            per = [stats[li] if stats[li].ndim == 1 else stats[li].max(axis=0) for li in layers]
+            return [(None, np.sum(per, axis=0) * scale if self.ranked else np.sum(per, axis=0))]
+        owned = view.head_held(layers[0], stats[0].shape[0])  # [H, m]: the same in every layer of the group
+        out = []
+        for h, own in enumerate(owned):
+            raw = np.sum([stats[li][h][own] for li in layers], axis=0)
+            out.append((own, raw * scale if self.ranked else raw))
+        return out
+
+    def _vote_top(self, view: CacheView) -> float:
+        """Step 7's common scale: the largest pooled vote of any group's (KV head's) unobserved
+        positions."""
+        top = 0.0
+        for g, layers in enumerate(view.groups):
+            held = view.retained[layers[0]]
+            for own, raw in self._unit_votes(view, g):
+                pos = held if own is None else held[own]
+                vals, observed = self._pooled(view, pos, raw)
+                top = max(top, float(vals[~observed].max(initial=0.0)))
+        return top
 
     def _blend(self, score: np.ndarray, votes: np.ndarray) -> np.ndarray:
         """``score`` with its residual tier re-ranked by ``votes`` (step 5): ``RESIDUAL + C * ((1 -
@@ -248,6 +311,41 @@ class Pask(KVMethod):
         b = self.attention_blend
         residual = score < DELIMITER
         return np.where(residual, RESIDUAL + C * ((1.0 - b) * (score - RESIDUAL) / C + b * votes), score)
+
+    def _unit_scores(self, view: CacheView, g: int, score: np.ndarray, top: Optional[float]
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Group ``g``'s units as (positions, scores): with ``head_split`` per KV head its held
+        positions and ``score`` with the residual re-ranked by its votes (:meth:`_blend`), else the
+        group's held positions and ``score`` (already blended by :meth:`_tiers`)."""
+        held = view.retained[view.groups[g][0]]
+        if not self.head_split:
+            return [(held, score)]
+        return [(held[own], self._blend(score[own], self._scaled(view, held[own], raw, top)))
+                for own, raw in self._unit_votes(view, g)]
+
+    def _ranked_shares(self, view: CacheView, scores: list, mand: np.ndarray, size: np.ndarray,
+                       total: int, top: float) -> np.ndarray:
+        """Step 7: float ``[G]``, each group's slots among the best residual candidates of every
+        group and unit (head) within the residual ``R`` (per head: ``H * R``); each costs its
+        group's layer count. Ties: the more recent position, then the lower group and unit."""
+        rest = total - int((size * mand).sum())
+        cand, pos, grp, unit = [], [], [], []
+        units = 1
+        for g in range(len(view.groups)):
+            per = self._unit_scores(view, g, scores[g], top)
+            units = len(per)
+            for u, (p, sc) in enumerate(per):
+                granted = top_n(p, sc, min(int(mand[g]), p.size), view.tail_start)
+                free = (p < view.tail_start) & ~np.isin(p, granted)
+                cand.append(sc[free])
+                pos.append(p[free])
+                grp.append(np.full(int(free.sum()), g))
+                unit.append(np.full(int(free.sum()), u))
+        cand, pos, grp, unit = map(np.concatenate, (cand, pos, grp, unit))
+        order = np.lexsort((unit, grp, -pos, -cand))
+        cost = size[grp[order]]
+        taken = order[np.cumsum(cost) <= units * rest]
+        return np.bincount(grp[taken], weights=size[grp[taken]], minlength=len(view.groups)).astype(np.float64)
 
     def _plan(self, view: CacheView):
         """(allocation [L], per-group scores or None, info)."""
@@ -261,12 +359,10 @@ class Pask(KVMethod):
         G = len(view.groups)
         size = np.array([len(g) for g in view.groups], dtype=np.int64)
         gheld = np.array([held[g[0]] for g in view.groups], dtype=np.int64)
-        tiers = [self._tiers(view, g) for g in range(G)]
+        top = self._vote_top(view) if self.ranked else None
+        tiers = [self._tiers(view, g, top) for g in range(G)]
         demand = np.array([int(t[1].sum()) for t in tiers], dtype=np.int64)
-        mand, keep, per_layer = self._split(total, view.num_layers, tail, size, gheld, demand)
-        alloc = np.empty(view.num_layers, dtype=np.int64)
-        for g, layers in enumerate(view.groups):
-            alloc[list(layers)] = keep[g]
+        mand = self._mandatory(total, view.num_layers, tail, demand)
         scores = []
         for g, (score, mandatory, protected) in enumerate(tiers):
             hp = view.retained[view.groups[g][0]]
@@ -277,20 +373,38 @@ class Pask(KVMethod):
                 delim = np.isin(hp, near) & np.isin(view.classes[hp], DELIMITERS) & ~mandatory
                 score = np.where(delim, DELIMITER + recency(hp), score)
             scores.append(score)
+        shares = self.shares
+        if self.ranked:
+            counts = self._ranked_shares(view, scores, mand, size, total, top)
+            shares = counts if counts.sum() > 0 else shares
+        mand, keep, per_layer = self._split(total, view.num_layers, tail, size, gheld, demand, shares)
+        alloc = np.empty(view.num_layers, dtype=np.int64)
+        for g, layers in enumerate(view.groups):
+            alloc[list(layers)] = keep[g]
         info = {"demand": demand.tolist(), "mandatory": mand.tolist(), "residual": per_layer.tolist()}
-        return alloc, scores, info
+        if self.ranked:
+            info["ranked_shares"] = [round(float(x), 6) for x in shares]
+        return alloc, (scores, top), info
+
+    @staticmethod
+    def _mandatory(total: int, num_layers: int, tail: int, demand: np.ndarray) -> np.ndarray:
+        """Step 3: per group, the mandatory count within the even share (the tail at least)."""
+        return np.maximum(tail, np.minimum(demand, total // num_layers))
 
     def _split(self, total: int, num_layers: int, tail: int, size: np.ndarray, gheld: np.ndarray,
-               demand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               demand: np.ndarray, shares: Optional[np.ndarray] = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Steps 3-4 of the module docstring for one request: per group (int64 ``[G]``) the
         mandatory count, the kept count and the residual per layer, from the total budget
-        ``total``, the groups' sizes, what each holds and its mandatory demand."""
-        mand = np.maximum(tail, np.minimum(demand, total // num_layers))
+        ``total``, the groups' sizes, what each holds and its mandatory demand; the residual by
+        ``shares`` (None: the policy's ``residual_share``)."""
+        shares = self.shares if shares is None else shares
+        mand = self._mandatory(total, num_layers, tail, demand)
         rest = total - int((size * mand).sum())
         room = gheld - mand
-        per_layer = split_slots(rest, self.shares, room * size) // size
+        per_layer = split_slots(rest, shares, room * size) // size
         left = rest - int((size * per_layer).sum())
-        for g in np.lexsort((np.arange(len(size)), -self.shares)):  # whole units that still fit
+        for g in np.lexsort((np.arange(len(size)), -shares)):  # whole units that still fit
             extra = min(left // size[g], room[g] - per_layer[g])
             per_layer[g] += extra
             left -= extra * size[g]
@@ -300,40 +414,39 @@ class Pask(KVMethod):
         return self._plan(view)[0]
 
     def select(self, view: CacheView) -> Selection:
-        alloc, scores, info = self._plan(view)
+        alloc, plan, info = self._plan(view)
         if self.per_head:
-            return self._select_heads(view, alloc, scores, info)
+            return self._select_heads(view, alloc, plan, info)
         kept: list[np.ndarray] = [None] * view.num_layers  # type: ignore[list-item]
         for g, layers in enumerate(view.groups):
             held = view.retained[layers[0]]
             n = int(alloc[layers[0]])
             chosen = held.copy() if n >= held.size else top_n(
-                held, scores[g] if scores is not None else np.zeros(held.size), n, view.tail_start)
+                held, plan[0][g] if plan is not None else np.zeros(held.size), n, view.tail_start)
             for layer in layers:
                 kept[layer] = chosen.copy()
         return Selection(kept, {"method": self.name, "allocation": alloc.tolist(), **info})
 
-    def _select_heads(self, view: CacheView, alloc: np.ndarray, scores, info: dict) -> Selection:
+    def _select_heads(self, view: CacheView, alloc: np.ndarray, plan, info: dict) -> Selection:
         """Step 6 of the module docstring: per group and KV head ``h``, the top ``alloc`` of the
-        positions ``h`` holds by the lookup's tiers with the residual re-ranked by ``h``'s votes."""
-        stats = self._stats(view)
-        H = stats[0].shape[0]
+        positions ``h`` holds by the lookup's tiers with the residual re-ranked by ``h``'s votes;
+        with the ranked split (step 7) the group's heads share ``H * alloc`` by those scores, each
+        first keeping its mandatory set."""
+        H = self._stats(view)[0].shape[0]
         per_layer: list = [None] * view.num_layers
         for g, layers in enumerate(view.groups):
             held = view.retained[layers[0]]
             n = int(alloc[layers[0]])
-            owned = view.head_held(layers[0], H)  # [H, m]: the same in every layer of the group
-            sets = []
-            for h in range(H):
-                pos = held[owned[h]]
-                if n >= pos.size:
-                    sets.append(pos.copy())
-                    continue
-                if scores is None:  # only the protected tails fit (_plan's early return)
-                    sets.append(top_n(pos, np.zeros(pos.size), n, view.tail_start))
-                    continue
-                votes = self._scaled(view, pos, np.sum([stats[layer][h][owned[h]] for layer in layers], axis=0))
-                sets.append(top_n(pos, self._blend(scores[g][owned[h]], votes), n, view.tail_start))
+            if plan is None:  # only the protected tails fit, or b = 1 (_plan's early return)
+                owned = view.head_held(layers[0], H)
+                sets = [top_n(held[own], np.zeros(int(own.sum())), n, view.tail_start) for own in owned]
+            else:
+                units = self._unit_scores(view, g, plan[0][g], plan[1])
+                if self.ranked:
+                    sets = adaptive_split(view, [p for p, _ in units], [s for _, s in units], n,
+                                          int(info["mandatory"][g]))
+                else:
+                    sets = [p.copy() if n >= p.size else top_n(p, s, n, view.tail_start) for p, s in units]
             for layer in layers:
                 per_layer[layer] = [k.copy() for k in sets]
         sel = union_selection(self.name, alloc, per_layer)

@@ -92,7 +92,9 @@ RULE_OPTIONS = {"per_head": True, "normalize": True, "attention_blend": 0.5}
 #: blend): each dict is one more variant of every method that has all its fields
 JOINT_OPTIONS = ({"attention_blend": 0.5, "head_split": True},
                  {"attention_blend": 0.5, "attention_stat": "kvzip"},
-                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True})
+                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True},
+                 {"attention_blend": 0.5, "residual_split": "scores"},
+                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True, "residual_split": "scores"})
 
 
 def option_variants(cls) -> list[dict]:

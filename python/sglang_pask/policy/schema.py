@@ -14,6 +14,7 @@ names)::
      "attention_blend": 0.5,                     # optional (absent = 0): see Policy.attention_blend
      "attention_stat": "kvzip",                  # optional (absent = "window"), with a blend
      "head_split": true,                         # optional (absent = false), with a blend
+     "residual_split": "scores",                 # optional (absent = "share"), with a blend
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
@@ -105,6 +106,11 @@ class Policy(BaseModel):
     #: with a blend, True: one kept set per KV head inside a group (each head's residual by its own
     #: votes; the default False is left out of the file and the hash)
     head_split: bool = False
+    #: with a blend, how the residual is split across groups: ``share`` (the default, left out of
+    #: the file and the hash: by ``residual_share``) or ``scores`` (one ranking of every group's and
+    #: KV head's residual candidates by the blended score decides each group's part, KVzip/AdaKV
+    #: style; :class:`~sglang_pask.methods.pask.Pask`, step 7)
+    residual_split: Literal["share", "scores"] = "share"
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
@@ -120,10 +126,12 @@ class Policy(BaseModel):
 
     def document(self) -> dict:
         """The file form (JSON types): :meth:`model_dump` without ``attention_blend``,
-        ``attention_stat`` and ``head_split`` at their defaults (0, window, False), so the pure-
-        lookup policies read, write and hash as before the fields existed."""
+        ``attention_stat``, ``head_split`` and ``residual_split`` at their defaults (0, window,
+        False, share), so the policies written before a field existed read, write and hash as
+        before."""
         doc = self.model_dump(mode="json")
-        for key, default in (("attention_blend", 0.0), ("attention_stat", "window"), ("head_split", False)):
+        for key, default in (("attention_blend", 0.0), ("attention_stat", "window"), ("head_split", False),
+                             ("residual_split", "share")):
             if doc[key] == default:
                 del doc[key]
         return doc
@@ -209,9 +217,9 @@ def _problems(p: Policy):
         yield f"budget = {p.budget} is outside (0, 1]"
     if not (0.0 <= p.attention_blend <= 1.0):  # NaN fails too
         yield f"attention_blend = {p.attention_blend} is outside [0, 1]"
-    if not p.attention_blend and (p.attention_stat != "window" or p.head_split):
-        yield (f"attention_stat = {p.attention_stat!r} / head_split = {p.head_split} need attention_blend > 0 "
-               "(the pure lookup reads no statistic)")
+    if not p.attention_blend and (p.attention_stat != "window" or p.head_split or p.residual_split != "share"):
+        yield (f"attention_stat = {p.attention_stat!r} / head_split = {p.head_split} / residual_split = "
+               f"{p.residual_split!r} need attention_blend > 0 (the pure lookup reads no statistic)")
     if p.format in OLD_FORMATS and p.operating_point is not None:
         yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
     if p.operating_point is not None:
