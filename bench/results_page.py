@@ -133,6 +133,15 @@ ORDER: dict[str, str] = {
     "into `policies/pask-tiny-fc.sturdy*.json`. Its report: `policies/pask-tiny-fc.sturdy.calibration.md`.",
     "pask-tiny-fc-calibration-sturdy-attn": "Its attention-informed family (SnapKV's or KVzip's statistic, per "
     "group or per KV head), reusing the lookup members it scored, into `policies/pask-tiny-fc.sturdy-attn*.json`.",
+    "pask-tiny-fc-calib-ranked-probe-n100": "Why PASK trailed KVzip at 0.2, lever by lever, on 100 calib entries: "
+    "the sturdier 0.2 policy with KVzip's scores per KV head in its residual, then without its window and floors, "
+    "with the ranked residual split, with one group per layer, and with the class order blended back in; where "
+    "the ranked calibration's search starts.",
+    "pask-tiny-fc-calibration-ranked": "The ranked calibration at 0.2 (four one-layer groups; the residual split "
+    "across groups and KV heads by one ranking of KVzip's scores blended with class order: `residual_split: "
+    "scores`), into `policies/pask-tiny-fc.ranked*.json`. Its report: `policies/pask-tiny-fc.ranked.calibration.md`.",
+    "pask-tiny-fc-calibration-ranked033": "The same ranked calibration at 0.33, into "
+    "`policies/pask-tiny-fc.ranked033*.json`. Its report: `policies/pask-tiny-fc.ranked033.calibration.md`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
     "eval entries each, reference runner, prefill; calibrated PASK against the baselines and Full KV.",
     "gpu-check-h200": "The GPU script on a lent H200: csrc's CUDA build and tests, the operators' "

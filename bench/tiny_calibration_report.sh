@@ -14,7 +14,9 @@
 # head (their authors' form), AdaKV, Expected Attention and KVzip, with kvpress's defaults. The
 # sturdier calibration (issue 24: 360 fit entries, paired with KVzip, 5-fold estimate, joint probe,
 # fractional floors; $STURDY) and its attention-informed family (SnapKV's or KVzip's statistic, per
-# group or per KV head; $STURDY_ATTN), when those files exist.
+# group or per KV head; $STURDY_ATTN), when those files exist. The ranked calibration (4 one-layer
+# groups, the residual split across groups and KV heads by one ranking of KVzip's scores blended
+# with class priority; $RANKED, calibrated at 0.2 only), when its files exist.
 # Runs are resumable (rerun to finish); JOBS at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,7 @@ ATTN=${ATTN:-policies/$NAME.attn}           # calibrated with --attention-blend:
 PRIOR=${PRIOR:-policies/$NAME.prior.json}
 STURDY=${STURDY:-policies/$NAME.sturdy}     # $STURDY.b<b>.json
 STURDY_ATTN=${STURDY_ATTN:-policies/$NAME.sturdy-attn}  # $STURDY_ATTN.b<b>.json
+RANKED=${RANKED:-policies/$NAME.ranked}     # $RANKED.b<b>.json
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
 JOBS=${JOBS:-2}
@@ -70,6 +73,7 @@ for b in $BUDGETS; do
   [[ -f "$ATTN.b$b.json" ]] && ev "pask-attn-$b" --method pask --policy "$ATTN.b$b.json" --budget "$b"
   [[ -f "$STURDY.b$b.json" ]] && ev "pask-sturdy-$b" --method pask --policy "$STURDY.b$b.json" --budget "$b"
   [[ -f "$STURDY_ATTN.b$b.json" ]] && ev "pask-sturdy-attn-$b" --method pask --policy "$STURDY_ATTN.b$b.json" --budget "$b"
+  [[ -f "$RANKED.b$b.json" ]] && ev "pask-ranked-$b" --method pask --policy "$RANKED.b$b.json" --budget "$b"
   ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
   ev "pask-residual-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.residual-only.json" --budget "$b"
   ev "pask-no-delimiters-$b" --method pask --policy "$cal" --method-opt span_delimiters=false --budget "$b"
@@ -93,8 +97,8 @@ if [[ -f "$ATTN.b$MAIN.json" ]]; then
   .venv/bin/python bench/paired_table.py --runs "pask(attention-informed)=$OUT/pask-attn-{b}" \
     --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-attn.md"
 fi
-for v in sturdy sturdy-attn; do
-  stem=$STURDY; [[ $v == sturdy-attn ]] && stem=$STURDY_ATTN
+for v in sturdy sturdy-attn ranked; do
+  case $v in sturdy) stem=$STURDY ;; sturdy-attn) stem=$STURDY_ATTN ;; ranked) stem=$RANKED ;; esac
   have=""; for b in $BUDGETS; do [[ -f "$stem.b$b.json" ]] && have+="${have:+,}$b"; done
   [[ -n "$have" ]] || continue
   .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" "${bases[@]}" \
@@ -106,17 +110,18 @@ done
   --baseline "snapkv=$OUT/snapkv-{b}" --budgets "$commas" --out "$RESULTS/vs-snapkv.md"
 cals=()  # each calibration's chosen members: fit, k-fold, held-out calib, eval
 for pair in "lookup (shipped)=$POLICIES=pask-calibrated" "attention-informed=$ATTN=pask-attn" \
-            "sturdy lookup=$STURDY=pask-sturdy" "sturdy attention-informed=$STURDY_ATTN=pask-sturdy-attn"; do
+            "sturdy lookup=$STURDY=pask-sturdy" "sturdy attention-informed=$STURDY_ATTN=pask-sturdy-attn" \
+            "ranked (4 groups)=$RANKED=pask-ranked"; do
   IFS== read -r label stem dir <<< "$pair"
   [[ -f "$stem.calibration.json" ]] && cals+=(--calibration "$label=$stem.calibration.json=$OUT/$dir-{b}")
 done
 .venv/bin/python bench/calibration_summary.py "${cals[@]}" --budgets "$commas" --out "$RESULTS/calibration-summary.md" > /dev/null
-{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN)"
+{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN RANKED=$RANKED)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   ls "$ATTN".b*.json >/dev/null 2>&1 && \
     echo "attention-informed policies: $(sha256sum "$ATTN".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
-  for stem in "$STURDY" "$STURDY_ATTN"; do
+  for stem in "$STURDY" "$STURDY_ATTN" "$RANKED"; do
     ls "$stem".b*.json >/dev/null 2>&1 && \
       echo "policies ($(basename "$stem")): $(sha256sum "$stem".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   done

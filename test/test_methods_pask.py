@@ -226,3 +226,60 @@ def test_blend_records_only_when_it_is_not_zero_everywhere(policy_blend, own):
     rec = m.record()
     assert ("attention_blend" in rec) == bool(policy_blend or own)
     assert make_method(**{**rec, "policy": p}) == m
+
+
+def kvzip_view(rows: list[np.ndarray]) -> CacheView:
+    """schema_view over ``len(rows)`` one-layer groups with KVzip scores ``rows[l]`` (float
+    ``[kv_heads, 40]``) on layer ``l``."""
+    from sglang_pask.methods import AttentionStats
+
+    L = len(rows)
+    view = schema_view(num_layers=L, groups=[(i,) for i in range(L)])
+    view.attention = AttentionStats(kvzip_heads=[np.asarray(r, dtype=np.float64) for r in rows])
+    return view
+
+
+def ranked_policy(groups, split="scores", blend=1.0):
+    return policy({}, shares=tuple([1.0 / len(groups)] * len(groups)), sinks=0, window=0, groups=groups).model_copy(
+        update={"attention_blend": blend, "attention_stat": "kvzip", "residual_split": split})
+
+
+def test_ranked_split_gives_the_residual_to_the_group_whose_scores_win():
+    """Step 7 over groups: layer 0's scores sit on 4 positions (1.0, the rest 0), layer 1's on
+    every position (0.5). S = floor(0.25*2*40) = 20; each group's mandatory part is the current
+    step (39), so R = 18: the ranking takes layer 0's 4, then 14 of layer 1's (ties: newest
+    first), so the layers keep 5 and 15. The share split (equal shares) keeps 10 and 10."""
+    spike = np.zeros((1, 40))
+    spike[0, [3, 12, 21, 33]] = 1.0
+    view = kvzip_view([spike, np.full((1, 40), 0.5)])
+    sel = make_method("pask", 0.25, policy=ranked_policy(((0,), (1,)))).select(view)
+    assert sel.info["allocation"] == [5, 15] and sel.info["ranked_shares"] == [4.0, 14.0]
+    assert sel.kept[0].tolist() == [3, 12, 21, 33, 39]
+    assert sel.kept[1].tolist() == R(25, 40)
+    even = make_method("pask", 0.25, policy=ranked_policy(((0,), (1,)), split="share")).select(view)
+    assert even.info["allocation"] == [10, 10] and "ranked_shares" not in even.info
+
+
+def test_ranked_split_shares_a_groups_head_slots_by_score():
+    """Step 7 over KV heads (AdaKV's split): one layer, two heads, S = floor(0.25*40) = 10 per head
+    on average, 20 head-slots. Each head first keeps its mandatory part (39); head 0's two scored
+    positions (1.0) beat head 1's flat 0.5, which take the 16 left, newest first."""
+    rows = np.vstack([np.zeros(40), np.full(40, 0.5)])
+    rows[0, [7, 17]] = 1.0
+    p = ranked_policy(((0,),)).model_copy(update={"head_split": True})
+    m = make_method("pask", 0.25, policy=p)
+    assert m.per_head and m.adaptive_heads
+    sel = m.select(kvzip_view([rows]))
+    heads = [sel.kept[0][sel.head_mask[0][h]].tolist() for h in range(2)]
+    assert heads == [[7, 17, 39], R(23, 40)] and sel.info["allocation"] == [10]
+    assert not make_method("pask", 0.25, policy=p, residual_split="share").adaptive_heads
+
+
+def test_ranked_split_needs_a_blend():
+    with pytest.raises(ValueError, match="residual_split = 'scores' need attention_blend > 0"):
+        Policy.model_validate(ranked_policy(((0,), (1,)), blend=0.0).model_dump())
+    p = ranked_policy(((0,), (1,)), split="share", blend=0.0)
+    with pytest.raises(ValueError, match="residual_split 'scores' ranks the residual by attention votes"):
+        make_method("pask", 0.25, policy=p, residual_split="scores")
+    with pytest.raises(ValueError, match="residual_split must be one of share, scores"):
+        make_method("pask", 0.25, policy=p, residual_split="even")

@@ -4,7 +4,9 @@ reference runner generates for the same bodies at the same method, budget and sc
 (``bench/server_parity.py``, which starts and stops the server). SnapKV (per KV head, its default),
 KVzip (its scores from the server's reconstruction forward), the sturdier calibration's 0.33 PASK
 policy that blends KVzip's scores, AdaKV, the attention-informed PASK policy at 0.33 (one set per
-group) and the same policy with ``head_split`` (one set per KV head in each group) under
+group) and the same policy with ``head_split`` (one set per KV head in each group), and the ranked
+calibration's 0.2 policy (four one-layer groups, its residual split across groups and KV heads by
+one ranking of KVzip's scores blended with class order; each KV head keeps its own count) under
 ``prefill``: every compression keeps the same positions per unit in both engines -- for the
 per-head methods, also each KV head's own set (the server's :mod:`sglang_pask.srt.head_masks`) --
 and the generated tokens are the same."""
@@ -23,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ATTN = ROOT / "policies/pask-tiny-fc.attn.b0.33.json"
 #: the sturdier calibration's 0.33 policy: its residual blends KVzip's reconstruction scores
 KVZIP_INFORMED = ROOT / "policies/pask-tiny-fc.sturdy-attn.b0.33.json"
+#: the ranked calibration's 0.2 policy (residual_split: scores, per KV head)
+RANKED = ROOT / "policies/pask-tiny-fc.ranked.b0.2.json"
 
 CASES = {
     "snapkv": ["--method", "snapkv"],
@@ -31,8 +35,11 @@ CASES = {
     "adakv": ["--method", "adakv"],
     "pask-attention-informed": ["--method", "pask", "--policy", str(ATTN)],
     "pask-attention-informed-per-head": ["--method", "pask", "--policy", "{heads}"],
+    "pask-ranked": ["--method", "pask", "--policy", str(RANKED)],
 }
-PER_HEAD = {"snapkv", "kvzip", "adakv", "pask-attention-informed-per-head"}
+PER_HEAD = {"snapkv", "kvzip", "adakv", "pask-attention-informed-per-head", "pask-ranked"}
+#: each case's budget (default 0.33): a calibrated policy at the budget it was calibrated for
+BUDGET = {"pask-ranked": "0.2"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -41,8 +48,9 @@ def test_server_keeps_what_the_runner_keeps(name, tmp_path):
     heads = tmp_path / "attn-per-head.json"  # the calibrated policy, its residual split per KV head
     heads.write_text(json.dumps({**json.loads(ATTN.read_text()), "head_split": True}))
     args = [a.format(heads=heads) for a in CASES[name]]
-    r = subprocess.run([sys.executable, "bench/server_parity.py", *args, "--n", "3", "--budgets", "0.33",
-                        "--schedule", "prefill", "--no-full", "--max-tokens", "64", "--out", str(out)],
+    r = subprocess.run([sys.executable, "bench/server_parity.py", *args, "--n", "3",
+                        "--budgets", BUDGET.get(name, "0.33"), "--schedule", "prefill", "--no-full",
+                        "--max-tokens", "64", "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (result,) = json.loads((out / "results.json").read_text())
