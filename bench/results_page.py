@@ -140,6 +140,10 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-calibration-ranked": "The ranked calibration at 0.2 (four one-layer groups; the residual split "
     "across groups and KV heads by one ranking of KVzip's scores blended with class order: `residual_split: "
     "scores`), into `policies/pask-tiny-fc.ranked*.json`. Its report: `policies/pask-tiny-fc.ranked.calibration.md`.",
+    "pask-tiny-fc-server-parity-ranked-b0.2-n100": "The ranked calibration's 0.2 policy served (four one-layer "
+    "units; each KV head keeps its own count): kept positions, each head's set and tokens against the runner.",
+    "pask-tiny-fc-server-vs-runner-pask-ranked-n200": "The ranked 0.2 policy's accuracy through the server and "
+    "the runner (eval split).",
     "pask-tiny-fc-calibration-ranked033": "The same ranked calibration at 0.33, into "
     "`policies/pask-tiny-fc.ranked033*.json`. Its report: `policies/pask-tiny-fc.ranked033.calibration.md`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
@@ -158,6 +162,8 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200":
         'POLICIES=policies/pask-tiny-fc.sturdy-attn BUDGETS="0.5 0.33" bash bench/server_vs_runner_eval.sh',
     "pask-tiny-fc-server-vs-runner-kvzip-n200": "METHOD=kvzip BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
+    "pask-tiny-fc-server-vs-runner-pask-ranked-n200":
+        "POLICIES=policies/pask-tiny-fc.ranked BUDGETS=0.2 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-pask-attn-n200":
         "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",

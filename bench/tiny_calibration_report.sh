@@ -16,7 +16,8 @@
 # fractional floors; $STURDY) and its attention-informed family (SnapKV's or KVzip's statistic, per
 # group or per KV head; $STURDY_ATTN), when those files exist. The ranked calibration (4 one-layer
 # groups, the residual split across groups and KV heads by one ranking of KVzip's scores blended
-# with class priority; $RANKED, calibrated at 0.2 only), when its files exist.
+# with class priority; $RANKED, calibrated at 0.2, and $RANKED033, the same at 0.33), when its
+# files exist; both are the "ranked" rows (pask-ranked-<b>).
 # Runs are resumable (rerun to finish); JOBS at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ PRIOR=${PRIOR:-policies/$NAME.prior.json}
 STURDY=${STURDY:-policies/$NAME.sturdy}     # $STURDY.b<b>.json
 STURDY_ATTN=${STURDY_ATTN:-policies/$NAME.sturdy-attn}  # $STURDY_ATTN.b<b>.json
 RANKED=${RANKED:-policies/$NAME.ranked}     # $RANKED.b<b>.json
+RANKED033=${RANKED033:-policies/$NAME.ranked033}  # $RANKED033.b<b>.json
+ranked_file() { for s in "$RANKED" "$RANKED033"; do [[ -f "$s.b$1.json" ]] && { echo "$s.b$1.json"; return 0; }; done; return 0; }
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}
 JOBS=${JOBS:-2}
@@ -73,7 +76,7 @@ for b in $BUDGETS; do
   [[ -f "$ATTN.b$b.json" ]] && ev "pask-attn-$b" --method pask --policy "$ATTN.b$b.json" --budget "$b"
   [[ -f "$STURDY.b$b.json" ]] && ev "pask-sturdy-$b" --method pask --policy "$STURDY.b$b.json" --budget "$b"
   [[ -f "$STURDY_ATTN.b$b.json" ]] && ev "pask-sturdy-attn-$b" --method pask --policy "$STURDY_ATTN.b$b.json" --budget "$b"
-  [[ -f "$RANKED.b$b.json" ]] && ev "pask-ranked-$b" --method pask --policy "$RANKED.b$b.json" --budget "$b"
+  rf=$(ranked_file "$b"); [[ -n "$rf" ]] && ev "pask-ranked-$b" --method pask --policy "$rf" --budget "$b"
   ev "pask-floors-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.floors-only.json" --budget "$b"
   ev "pask-residual-only-$b" --method pask --policy "$OUT/policies/$NAME.b$b.residual-only.json" --budget "$b"
   ev "pask-no-delimiters-$b" --method pask --policy "$cal" --method-opt span_delimiters=false --budget "$b"
@@ -98,8 +101,10 @@ if [[ -f "$ATTN.b$MAIN.json" ]]; then
     --baseline "full=$OUT/full" --budgets "$commas" --out "$RESULTS/vs-full-attn.md"
 fi
 for v in sturdy sturdy-attn ranked; do
-  case $v in sturdy) stem=$STURDY ;; sturdy-attn) stem=$STURDY_ATTN ;; ranked) stem=$RANKED ;; esac
-  have=""; for b in $BUDGETS; do [[ -f "$stem.b$b.json" ]] && have+="${have:+,}$b"; done
+  case $v in sturdy) stem=$STURDY ;; sturdy-attn) stem=$STURDY_ATTN ;; ranked) stem="" ;; esac
+  have=""; for b in $BUDGETS; do
+    if [[ -n "$stem" && -f "$stem.b$b.json" ]] || [[ -z "$stem" && -n "$(ranked_file "$b")" ]]; then have+="${have:+,}$b"; fi
+  done
   [[ -n "$have" ]] || continue
   .venv/bin/python bench/paired_table.py --runs "pask($v)=$OUT/pask-$v-{b}" "${bases[@]}" \
     --budgets "$have" --out "$RESULTS/vs-strongest-baseline-$v.md"
@@ -111,17 +116,17 @@ done
 cals=()  # each calibration's chosen members: fit, k-fold, held-out calib, eval
 for pair in "lookup (shipped)=$POLICIES=pask-calibrated" "attention-informed=$ATTN=pask-attn" \
             "sturdy lookup=$STURDY=pask-sturdy" "sturdy attention-informed=$STURDY_ATTN=pask-sturdy-attn" \
-            "ranked (4 groups)=$RANKED=pask-ranked"; do
+            "ranked (4 groups)=$RANKED=pask-ranked" "ranked (4 groups)=$RANKED033=pask-ranked"; do
   IFS== read -r label stem dir <<< "$pair"
   [[ -f "$stem.calibration.json" ]] && cals+=(--calibration "$label=$stem.calibration.json=$OUT/$dir-{b}")
 done
 .venv/bin/python bench/calibration_summary.py "${cals[@]}" --budgets "$commas" --out "$RESULTS/calibration-summary.md" > /dev/null
-{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN RANKED=$RANKED)"
+{ echo "command: bash bench/tiny_calibration_report.sh (MODEL=$MODEL N=$N BUDGETS=\"$BUDGETS\" POLICIES=$POLICIES ATTN=$ATTN STURDY=$STURDY STURDY_ATTN=$STURDY_ATTN RANKED=$RANKED RANKED033=$RANKED033)"
   echo "commit: $(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo -dirty || true)"
   echo "policies: $(sha256sum "$POLICIES".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   ls "$ATTN".b*.json >/dev/null 2>&1 && \
     echo "attention-informed policies: $(sha256sum "$ATTN".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
-  for stem in "$STURDY" "$STURDY_ATTN" "$RANKED"; do
+  for stem in "$STURDY" "$STURDY_ATTN" "$RANKED" "$RANKED033"; do
     ls "$stem".b*.json >/dev/null 2>&1 && \
       echo "policies ($(basename "$stem")): $(sha256sum "$stem".b*.json | awk '{print substr($1,1,12), $2}' | tr '\n' ' ')"
   done
