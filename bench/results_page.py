@@ -144,6 +144,8 @@ ORDER: dict[str, str] = {
     "units; each KV head keeps its own count): kept positions, each head's set and tokens against the runner.",
     "pask-tiny-fc-server-vs-runner-pask-ranked-n200": "The ranked 0.2 policy's accuracy through the server and "
     "the runner (eval split).",
+    "pask-tiny-fc-server-capacity-ranked-b0.2": "The ranked 0.2 policy served at a fixed KV memory against Full "
+    "KV: what KVzip's reconstruction forward costs.",
     "pask-tiny-fc-calibration-ranked033": "The same ranked calibration at 0.33, into "
     "`policies/pask-tiny-fc.ranked033*.json`. Its report: `policies/pask-tiny-fc.ranked033.calibration.md`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
