@@ -606,3 +606,24 @@ def test_reuse_search_takes_a_stopped_search_and_several_records(runs, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert [r["members"] for r in json.loads(tmp_path.joinpath("z.calibration.json").read_text())
             ["reused_search"]["0.33"]] == [0, len(rows)]
+
+
+def test_search_start_is_the_first_member_recorded_and_reported(runs, tmp_path):
+    """``--search-start`` (one budget, one pass, the attention-informed family with the ranked
+    split): the search's first row is that member, the record's config names the start (so a
+    resume with another start is refused), and the report says where the search started. An
+    attention-informed start without ``--attention-blend`` is refused naming the flag."""
+    from sglang_pask.calibrate.family import parse_start
+
+    spec = "window_frac=0,rank=total,blend=0.5,scorer=kvzip/heads,split=scores"
+    out = tmp_path / "ranked.json"
+    base = [*ARGS[:ARGS.index("--budgets")], "--budgets", "0.33", *ARGS[ARGS.index("--budgets") + 2:]]
+    res = _pask(*base, "--attention-blend", "--search-passes", "1", "--search-start", spec, "--out", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.with_name("ranked.calibration.json").read_text())
+    assert doc["config"]["search_start"] == spec
+    assert doc["search"]["0.33"]["rows"][0]["label"] == parse_start(spec).label
+    assert any("split=scores" in r["label"] for r in doc["search"]["0.33"]["rows"])
+    assert f"(`--search-start {spec}`)" in out.with_name("ranked.calibration.md").read_text()
+    res = _pask(*base, "--search-start", spec, "--out", tmp_path / "lookup.json")
+    assert res.returncode != 0 and "an attention-informed start needs --attention-blend" in res.stderr

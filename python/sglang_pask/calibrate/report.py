@@ -157,7 +157,9 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
               "floor=f: that share of their tokens), "
               "residual shares proportional to D^alpha x (g+1)^tilt, sinks, pin = classes floored in every group "
               "(names: tool and parameter names; +values: enum values and the query too). Rows in scoring order; the "
-              "chosen member in bold.", ""]
+              "chosen member in bold."
+              + (f" The search started at the first row's member (`--search-start {cfg['search_start']}`)."
+                 if cfg.get("search_start") else ""), ""]
     for b, s in doc.get("search", {}).items():
         objective = s.get("objective", "accuracy")
         forced = objective in _FORCED
