@@ -146,6 +146,8 @@ ORDER: dict[str, str] = {
     "the runner (eval split).",
     "pask-tiny-fc-server-capacity-ranked-b0.2": "The ranked 0.2 policy served at a fixed KV memory against Full "
     "KV: what KVzip's reconstruction forward costs.",
+    "pask-tiny-fc-calibration-ranked-repeat": "The ranked 0.2 calibration run again with its seed "
+    "(`REPEAT_ONLY=1`, same commit): both policy files byte-identical; the repeat's files in `repeat/`.",
     "pask-tiny-fc-calibration-ranked033": "The same ranked calibration at 0.33, into "
     "`policies/pask-tiny-fc.ranked033*.json`. Its report: `policies/pask-tiny-fc.ranked033.calibration.md`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
