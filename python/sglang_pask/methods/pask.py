@@ -282,16 +282,12 @@ class Pask(KVMethod):
         statistic: the most over its KV heads first); with the ranked split (step 7) the mean."""
         stats = self._stats(view)
         layers = view.groups[g]
-        scale = 1.0 / len(layers) if self.ranked else 1.0
+        scale = 1.0 / len(layers) if self.ranked else 1.0  # x * 1.0 == x: the sum, bit for bit
         if not self.head_split:
             per = [stats[li] if stats[li].ndim == 1 else stats[li].max(axis=0) for li in layers]
-            return [(None, np.sum(per, axis=0) * scale if self.ranked else np.sum(per, axis=0))]
+            return [(None, np.sum(per, axis=0) * scale)]
         owned = view.head_held(layers[0], stats[0].shape[0])  # [H, m]: the same in every layer of the group
-        out = []
-        for h, own in enumerate(owned):
-            raw = np.sum([stats[li][h][own] for li in layers], axis=0)
-            out.append((own, raw * scale if self.ranked else raw))
-        return out
+        return [(own, np.sum([stats[li][h][own] for li in layers], axis=0) * scale) for h, own in enumerate(owned)]
 
     def _vote_top(self, view: CacheView) -> float:
         """Step 7's common scale: the largest pooled vote of any group's (KV head's) unobserved
@@ -323,17 +319,14 @@ class Pask(KVMethod):
         return [(held[own], self._blend(score[own], self._scaled(view, held[own], raw, top)))
                 for own, raw in self._unit_votes(view, g)]
 
-    def _ranked_shares(self, view: CacheView, scores: list, mand: np.ndarray, size: np.ndarray,
-                       total: int, top: float) -> np.ndarray:
+    def _ranked_shares(self, view: CacheView, units: list, mand: np.ndarray, size: np.ndarray,
+                       total: int) -> np.ndarray:
         """Step 7: float ``[G]``, each group's slots among the best residual candidates of every
         group and unit (head) within the residual ``R`` (per head: ``H * R``); each costs its
         group's layer count. Ties: the more recent position, then the lower group and unit."""
         rest = total - int((size * mand).sum())
         cand, pos, grp, unit = [], [], [], []
-        units = 1
-        for g in range(len(view.groups)):
-            per = self._unit_scores(view, g, scores[g], top)
-            units = len(per)
+        for g, per in enumerate(units):  # per group, :meth:`_unit_scores`
             for u, (p, sc) in enumerate(per):
                 granted = top_n(p, sc, min(int(mand[g]), p.size), view.tail_start)
                 free = (p < view.tail_start) & ~np.isin(p, granted)
@@ -344,7 +337,7 @@ class Pask(KVMethod):
         cand, pos, grp, unit = map(np.concatenate, (cand, pos, grp, unit))
         order = np.lexsort((unit, grp, -pos, -cand))
         cost = size[grp[order]]
-        taken = order[np.cumsum(cost) <= units * rest]
+        taken = order[np.cumsum(cost) <= len(units[0]) * rest]
         return np.bincount(grp[taken], weights=size[grp[taken]], minlength=len(view.groups)).astype(np.float64)
 
     def _plan(self, view: CacheView):
@@ -374,8 +367,10 @@ class Pask(KVMethod):
                 score = np.where(delim, DELIMITER + recency(hp), score)
             scores.append(score)
         shares = self.shares
+        # each group's units (KV heads) with their scores, once: the ranking and the per-head selection read them
+        units = [self._unit_scores(view, g, scores[g], top) for g in range(G)] if self.blended else None
         if self.ranked:
-            counts = self._ranked_shares(view, scores, mand, size, total, top)
+            counts = self._ranked_shares(view, units, mand, size, total)
             shares = counts if counts.sum() > 0 else shares
         mand, keep, per_layer = self._split(total, view.num_layers, tail, size, gheld, demand, shares)
         alloc = np.empty(view.num_layers, dtype=np.int64)
@@ -384,7 +379,7 @@ class Pask(KVMethod):
         info = {"demand": demand.tolist(), "mandatory": mand.tolist(), "residual": per_layer.tolist()}
         if self.ranked:
             info["ranked_shares"] = [round(float(x), 6) for x in shares]
-        return alloc, (scores, top), info
+        return alloc, (scores, units), info
 
     @staticmethod
     def _mandatory(total: int, num_layers: int, tail: int, demand: np.ndarray) -> np.ndarray:
@@ -441,7 +436,7 @@ class Pask(KVMethod):
                 owned = view.head_held(layers[0], H)
                 sets = [top_n(held[own], np.zeros(int(own.sum())), n, view.tail_start) for own in owned]
             else:
-                units = self._unit_scores(view, g, plan[0][g], plan[1])
+                units = plan[1][g]
                 if self.ranked:
                     sets = adaptive_split(view, [p for p, _ in units], [s for _, s in units], n,
                                           int(info["mandatory"][g]))
