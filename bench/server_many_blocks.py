@@ -20,6 +20,11 @@ demotions and tiers at the end. Ratios PASK / Full per K; ``plot.png``: requests
 against K. ``--rounds`` R (default 3): each round starts every server once per K, in the same order;
 a row is the median of its rounds, a ratio the median of the rounds' ratios.
 
+``--requests`` defaults to 384: at 128 a run lasts ~6 s and the blocks' first touches (misses
+every cache pays alike) are a fifth of the prompt tokens, so the rounds' ratios spread 1.13-1.63
+(stop 39's run) and say more about start-up than about a cache in its steady state; at 384 they
+are 7%.
+
 The ceiling: however many blocks a cache keeps, it can at most turn Full KV's requests/s at K into
 Full KV's at the smallest K (where nearly every block hits); the report prints that ratio per K next
 to PASK's, so a PASK / Full ratio is read against what hits alone could buy on this model.
@@ -64,6 +69,33 @@ def balanced(run: dict) -> bool | None:
             and tree["protected_tokens"] == 0)
 
 
+#: Full KV thrashes at K when its hit rate is this far (fraction) under a never-evicting cache's
+THRASH_DROP = 0.10
+
+
+def never_evicting_hit_rate(row: dict) -> float:
+    """The radix hit rate of a cache that never evicts: every block asked is computed once (its
+    first touch), every request's own tokens always; the rest of the prompt tokens hit."""
+    data = row["dataset"]
+    total = data["prompt_tokens_total"]
+    computed = row["block_tokens_total"] + data["own_prompt_tokens_mean"] * data["requests"]
+    return round(1 - computed / total, 4)
+
+
+def thrash_line(rows: list[dict]) -> str:
+    """The goal of issue 25, read off the rows: PASK's requests/s over Full's where Full's LRU thrashes."""
+    cap = {r["blocks"]: never_evicting_hit_rate(r) for r in rows}
+    hit = [r for r in rows if (r["full"]["cache_hit_rate"] or 0) <= cap[r["blocks"]] - THRASH_DROP]
+    head = ("A cache that never evicts would hit " + ", ".join(f"{100 * v:.1f}% at K = {k}" for k, v in cap.items())
+            + " of the prompt tokens. ")
+    if not hit:
+        return head + f"Full KV stays within {100 * THRASH_DROP:.0f} points of it at every K: it never thrashes here."
+    return (head + f"Where Full KV thrashes (at least {100 * THRASH_DROP:.0f} points under it): " + ", ".join(
+        f"K = {r['blocks']}: Full {100 * (r['full']['cache_hit_rate'] or 0):.1f}%, PASK "
+        f"{100 * (r['pask']['cache_hit_rate'] or 0):.1f}%, requests/s {r['ratio']['request_throughput']}x"
+        for r in hit) + " (PASK over Full KV; the goal: at least 1.5x).")
+
+
 def zipf_requests(tokenizer, blocks, n: int, s: float, seed: int) -> list[dict]:
     """``n`` requests over ``blocks`` with Zipf-like popularity (see the module docstring)."""
     rng = random.Random(seed)
@@ -100,7 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--full-tokens", type=int, default=6144, help="Full KV tokens (about 12 blocks of ~500)")
     p.add_argument("--blocks", default="4,8,16,32")
-    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--requests", type=int, default=384, help="requests per K and server (default 384: module)")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--zipf", type=float, default=1.0)
     p.add_argument("--segment-tokens", type=int, default=400)
@@ -163,6 +195,7 @@ def main(argv=None) -> int:
              "Full hit rate | PASK hit rate | "
              "median TTFT ms Full / PASK | median TPOT ms Full / PASK | PASK demotions | PASK tiers at the end |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
+    first = {r["blocks"]: r["blocks_asked"] for r in rows}
     for r in rows:
         f, q = r["full"], r["pask"]
         tiers = (q.get("tree") or {}).get("tiers") or {}
@@ -179,7 +212,10 @@ def main(argv=None) -> int:
               "of its rounds, a ratio the median of the rounds' ratios (a run on this shared 2-core machine varies "
               "by up to 40%). Demotions and tiers: the last round's. Ceiling from hits: Full KV's requests/s at "
               f"K = {rows[0]['blocks']} over its requests/s at K, the most any cache could gain by hits alone.",
-              "", "PASK's pools after each run (every full id and unit slot free or in the tree, nothing protected): "
+              "", "First touches (a miss in any cache): " + ", ".join(
+                  f"K = {k}: {n} of {a.requests} requests" for k, n in first.items()) + ".",
+              "", thrash_line(rows), "",
+              "PASK's pools after each run (every full id and unit slot free or in the tree, nothing protected): "
               + ("balanced in every run" if all(all(r["pask_balanced"]) for r in rows) else
                  "NOT balanced: " + json.dumps({r["blocks"]: r["pask_balanced"] for r in rows})) + ".", ""]
     out = write_outputs(a.out, {"rows": rows, "kv_bytes": kv, "pask_max_total_tokens": n_pask, "zipf": a.zipf,

@@ -68,8 +68,10 @@ def _kept(config) -> list[np.ndarray]:
 
 def _balanced(rig: Rig, held: tuple = ()) -> bool:
     """Every full id and unit slot is free or in the tree, but the own tokens of the ``held``
-    requests (nothing dropped of them; their tree prefix locked)."""
+    requests (nothing dropped of them; their tree prefix locked); and what the scheduler is told
+    is evictable (per-node slot counts, memoized) equals a recount of every slot."""
     s, t = rig.alloc.stats(), rig.tree.stats()
+    assert rig.tree.evictable_size() == rig.tree._schedulable_evictable(fresh=True)
     own = sum(int(r.kv.kv_committed_len) - int(r.kv.cache_protected_len) for r in held)
     return (s["full_available"] + t["tokens"] + own == s["full_size"]
             and (t["protected_tokens"] == 0) == (not held)

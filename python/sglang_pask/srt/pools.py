@@ -117,12 +117,16 @@ class PaskAllocator(TokenToKVPoolAllocator):
 
     def __init__(self, full_size: int, kvcache: PaskKVPool, device: str, dtype: torch.dtype):
         self.pool = kvcache
+        #: bumped whenever a live full id may lose unit slots (free, drop, clear): what the radix
+        #: cache's per-node slot counts are memoized against (alloc only maps ids no node holds)
+        self.mapping_generation = 0
         self.units = [TokenToKVPoolAllocator(kvcache.unit_size, dtype=dtype, device=device,
                                              kvcache=p, need_sort=False) for p in kvcache.pools]
         super().__init__(full_size, dtype=dtype, device=device, kvcache=kvcache, need_sort=False)
         self.dropped_total = 0  # unit slots freed by drops since start (a counter for tests)
 
     def clear(self):
+        self.mapping_generation += 1
         super().clear()
         for a in self.units:
             a.clear()
@@ -165,6 +169,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
             self.free_group.append(self._copy_for_free_group(free_index))
             return
         idx = free_index.long()
+        self.mapping_generation += 1
         for u, a in enumerate(self.units):
             slots = self.pool.mapping[u, idx]
             held = slots[slots > 0]
@@ -181,6 +186,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
         slots = ops.take_slots(self.pool.mapping, unit, full_ids)  # held slots; their mapping now 0
         n = int(slots.numel())
         if n:
+            self.mapping_generation += 1
             self.units[unit].free(slots)
             self.dropped_total += n
         return n

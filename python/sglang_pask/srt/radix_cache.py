@@ -61,6 +61,9 @@ class PaskRadixCache(UnifiedRadixCache):
 
     #: its :meth:`checkpoint` compresses the segment it inserts (read by :mod:`.segments`)
     compresses_segments = True
+    #: :meth:`_node_slots`' memo: ``id(cd) -> (cd.value, slots per unit)``, for one allocator generation
+    _slots_memo: dict = {}
+    _slots_generation = None
 
     def _ids(self, evictable_only: bool = True) -> torch.Tensor:
         """int64 full ids the tree holds (with ``evictable_only``: in unlocked nodes)."""
@@ -92,16 +95,43 @@ class PaskRadixCache(UnifiedRadixCache):
                 "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1,
                 "tiers": self.tiers(), **COUNTERS}
 
-    def _schedulable_evictable(self) -> int:
+    def _node_slots(self, cd, alloc) -> tuple[int, ...]:
+        """Unit slots ``cd``'s full ids hold, per unit. Memoized per node until the allocator's
+        ``mapping_generation`` moves (a free, drop or clear: the only ways a live id loses slots);
+        an entry is valid only for the same ``cd.value`` object (a split node gets new ones)."""
+        if self._slots_generation != alloc.mapping_generation:
+            self._slots_memo, self._slots_generation = {}, alloc.mapping_generation
+        hit = self._slots_memo.get(id(cd))
+        if hit is not None and hit[0] is cd.value:
+            return hit[1]
+        held = tuple((alloc.pool.mapping[:, cd.value.long()] > 0).sum(dim=1).tolist())
+        self._slots_memo[id(cd)] = (cd.value, held)  # the reference keeps id(cd.value) from reuse
+        return held
+
+    def _schedulable_evictable(self, fresh: bool = False) -> int:
+        """What the scheduler could place after evicting every evictable node, less what it can
+        place now (module). ``fresh``: recount every slot (the memo's oracle, for tests)."""
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
         from sglang_pask.srt.pools import PaskAllocator
 
         alloc = self.token_to_kv_pool_allocator
         tokens = self.tree_core.evictable_size()
         if not isinstance(alloc, PaskAllocator) or tokens == 0:
             return tokens
-        ids = self._ids()
-        held = (alloc.pool.mapping[:, ids.long()] > 0).sum(dim=1).tolist()
-        room = min(alloc.full_available_size() + int(ids.numel()),
+        if fresh:
+            ids = self._ids()
+            n, held = int(ids.numel()), (alloc.pool.mapping[:, ids.long()] > 0).sum(dim=1).tolist()
+        else:
+            n, held = 0, [0] * len(alloc.units)
+            root = self.tree_core.root_node
+            for node in _nodes(root):
+                cd = None if node is root else node.component_data[ComponentType.FULL]
+                if cd is None or cd.value is None or cd.lock_ref != 0:
+                    continue
+                n += len(cd.value)
+                held = [h + x for h, x in zip(held, self._node_slots(cd, alloc))]
+        room = min(alloc.full_available_size() + n,
                    *(a + int(h) for a, h in zip(alloc.unit_available_sizes(), held)))
         return max(room - alloc.available_size(), 0)
 
