@@ -138,12 +138,13 @@ def bench_serving(srv, model: str, dataset: Path, n: int, conc: int, out: Path) 
     return {k: row.get(k) for k in keys}
 
 
-def serve_and_bench(name, model, flags, dataset, n, conc, work: Path) -> dict:
-    """Start one server, run bench_serving against it, read its log and counters, stop it."""
+def serve_and_bench(name, model, flags, dataset, n, conc, work: Path, env: dict | None = None) -> dict:
+    """Start one server (``env``: its environment, None: this process's), run bench_serving against
+    it, read its log and counters, stop it."""
     t0 = time.monotonic()
     shown = " ".join(f"{f} {v}" for f, v in zip(flags, flags[1:]) if f.startswith("--pask-"))
     print(f"[{name}] starting the server ({shown or 'Full KV'}), then {n} requests, {conc} at a time", flush=True)
-    with running_server(model, flags) as srv:
+    with running_server(model, flags, env=env) as srv:
         info = server_info(srv)
         res = bench_serving(srv, model, dataset, n, conc, work / f"{name}.jsonl")
         pask = (server_info(srv)["internal_states"][0].get("pask") or {})

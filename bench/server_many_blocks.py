@@ -25,6 +25,12 @@ every cache pays alike) are a fifth of the prompt tokens, so the rounds' ratios 
 (stop 39's run) and say more about start-up than about a cache in its steady state; at 384 they
 are 7%.
 
+``--server-threads N`` runs each server with ``OMP_NUM_THREADS=N`` (default: unset, torch's own
+choice, what a user gets). On this 2-core machine the client and the server's HTTP processes share
+the cores with the scheduler, and a scheduler running two intra-op threads is preempted inside its
+parallel regions: stock Full KV's decode (one SDPA call per request and layer) then runs in one of
+two speeds by run (TPOT ~17 or ~27 ms). With one thread both servers are faster and steady.
+
 The ceiling: however many blocks a cache keeps, it can at most turn Full KV's requests/s at K into
 Full KV's at the smallest K (where nearly every block hits); the report prints that ratio per K next
 to PASK's, so a PASK / Full ratio is read against what hits alone could buy on this model.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -141,6 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds, each starting every server once per K in the same order (default 3): rows are "
                         "medians, ratios medians of the rounds' ratios")
+    p.add_argument("--server-threads", type=int, default=None,
+                   help="OMP_NUM_THREADS for both servers (default: unset; module docstring)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     from transformers import AutoTokenizer
@@ -166,10 +175,11 @@ def main(argv=None) -> int:
                 next(r["segment_tokens"] for r in reqs if r["block"] == b) for b in {r["block"] for r in reqs}),
                 "blocks_asked": len({r["block"] for r in reqs}), "block_tokens": block_tokens}
             runs = {name: [] for name in servers}
+            env = None if a.server_threads is None else {**os.environ, "OMP_NUM_THREADS": str(a.server_threads)}
             for r in range(a.rounds):
                 for name, flags in servers.items():
                     runs[name].append(serve_and_bench(f"{name}-K{k}-r{r}", a.model, flags, work / f"data-{k}.jsonl",
-                                                      a.requests, a.concurrency, work))
+                                                      a.requests, a.concurrency, work, env=env))
             row["pask_balanced"] = [balanced(x) for x in runs["pask"]]
             for name in servers:
                 row[name] = median_run(runs[name])
@@ -187,7 +197,8 @@ def main(argv=None) -> int:
     lines = [f"# Many tools blocks: Full KV (LRU) vs PASK's accurate radix mode (tiers) ({meta['date']})", "",
              f"`{meta['command']}` (code {meta['code']}, {meta['machine']}, {meta['wall_s']} s)", "",
              f"{a.requests} requests per K, block drawn with Zipf-like popularity (s = {a.zipf:g}), "
-             f"{a.concurrency} at a time, {a.output_len} output tokens each (ignore_eos). Same KV bytes: Full "
+             f"{a.concurrency} at a time, {a.output_len} output tokens each (ignore_eos), servers' OMP_NUM_THREADS "
+             f"{a.server_threads if a.server_threads is not None else 'unset'}. Same KV bytes: Full "
              f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, {pools['unit_size']} "
              f"slots per unit). PASK: `{a.policy}` at b = {a.budget:g}, `{' '.join(accurate)}`. Hit rate: cached / "
              "(cached + computed) prompt tokens (SGLang's prefill log).", "",
@@ -219,7 +230,8 @@ def main(argv=None) -> int:
               + ("balanced in every run" if all(all(r["pask_balanced"]) for r in rows) else
                  "NOT balanced: " + json.dumps({r["blocks"]: r["pask_balanced"] for r in rows})) + ".", ""]
     out = write_outputs(a.out, {"rows": rows, "kv_bytes": kv, "pask_max_total_tokens": n_pask, "zipf": a.zipf,
-                                "requests": a.requests, "concurrency": a.concurrency, "rounds": a.rounds}, meta,
+                                "requests": a.requests, "concurrency": a.concurrency, "rounds": a.rounds,
+                                "server_threads": a.server_threads}, meta,
                         "\n".join(lines))
     plot(rows, out / "plot.png")
     print(f"wrote {a.out}/: report.md, results.json, meta.json, plot.png")

@@ -548,6 +548,8 @@ def test_split_members_rank_the_residual_and_hold_no_shares():
         parse_start("width=1")
     with pytest.raises(ValueError, match="top_k='x' is not a int"):
         parse_start("top_k=x")
+    with pytest.raises(ValueError, match="^--search-start: scorer must be one of .*'h2o'"):
+        parse_start("scorer=h2o")  # refused by the member itself, under the same prefix
 
 
 def test_reuse_search_scores_only_the_members_a_record_lacks(runs, tmp_path):

@@ -163,7 +163,10 @@ def parse_start(spec: str) -> Member:
             changes[name] = types[name](value)
         except ValueError:
             raise ValueError(f"--search-start: {name}={value!r} is not a {types[name].__name__}") from None
-    return replace(START, **changes)
+    try:
+        return replace(START, **changes)
+    except ValueError as e:  # a value the member itself refuses (e.g. scorer=h2o): the same prefix
+        raise ValueError(f"--search-start: {e}") from None
 
 
 def sensitivity_score(sens: dict) -> list[dict[str, float]]:
