@@ -115,6 +115,8 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-many-blocks": "Many distinct tools blocks (Zipf-like popularity) against a KV memory "
     "for about 12 of them: Full KV's LRU vs PASK's accurate radix mode with tiers (whole while hot, "
     "demoted when cold).",
+    "pask-tiny-fc-server-many-blocks-1thread": "The many-blocks bench with one intra-op thread per server "
+    "(OMP_NUM_THREADS=1): steady runs on this 2-core machine, where the client shares the cores.",
     "pask-tiny-fc-many-blocks-accuracy-n200": "Accuracy of many-blocks traffic under memory pressure (the "
     "grouped eval, shuffled): Full KV's LRU vs PASK's tiers, with the requests that hit a demoted block.",
     "pask-tiny-fc-chunked-prefill-calib": "Prompts longer than a unit pool holds whole, prefilled in chunks "
