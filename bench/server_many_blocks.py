@@ -163,6 +163,7 @@ def main(argv=None) -> int:
     servers = {"full": [*MATCHED, "--max-total-tokens", str(a.full_tokens)],
                "pask": [*MATCHED, "--max-total-tokens", str(n_pask), "--pask-policy", a.policy,
                         "--pask-budget", str(a.budget), *accurate]}
+    env = None if a.server_threads is None else {**os.environ, "OMP_NUM_THREADS": str(a.server_threads)}
     rows = []
     with tempfile.TemporaryDirectory(prefix="pask-blocks-") as d:
         work = Path(d)
@@ -175,7 +176,6 @@ def main(argv=None) -> int:
                 next(r["segment_tokens"] for r in reqs if r["block"] == b) for b in {r["block"] for r in reqs}),
                 "blocks_asked": len({r["block"] for r in reqs}), "block_tokens": block_tokens}
             runs = {name: [] for name in servers}
-            env = None if a.server_threads is None else {**os.environ, "OMP_NUM_THREADS": str(a.server_threads)}
             for r in range(a.rounds):
                 for name, flags in servers.items():
                     runs[name].append(serve_and_bench(f"{name}-K{k}-r{r}", a.model, flags, work / f"data-{k}.jsonl",

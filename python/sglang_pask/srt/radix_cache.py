@@ -62,20 +62,25 @@ class PaskRadixCache(UnifiedRadixCache):
     #: its :meth:`checkpoint` compresses the segment it inserts (read by :mod:`.segments`)
     compresses_segments = True
     #: :meth:`_node_slots`' memo: ``id(cd) -> (cd.value, slots per unit)``, for one allocator generation
-    _slots_memo: dict = {}
+    #: (made on the first call: no generation is None)
+    _slots_memo: dict
     _slots_generation = None
 
-    def _ids(self, evictable_only: bool = True) -> torch.Tensor:
-        """int64 full ids the tree holds (with ``evictable_only``: in unlocked nodes)."""
+    def _full_data(self, evictable_only: bool = True):
+        """The FULL component data of every node holding ids (with ``evictable_only``: unlocked)."""
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-        parts = []
-        for node in _nodes(self.tree_core.root_node):
-            if node is self.tree_core.root_node:
+        root = self.tree_core.root_node
+        for node in _nodes(root):
+            if node is root:
                 continue
             cd = node.component_data[ComponentType.FULL]
             if cd.value is not None and (cd.lock_ref == 0 or not evictable_only):
-                parts.append(cd.value)
+                yield cd
+
+    def _ids(self, evictable_only: bool = True) -> torch.Tensor:
+        """int64 full ids the tree holds (with ``evictable_only``: in unlocked nodes)."""
+        parts = [cd.value for cd in self._full_data(evictable_only)]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
 
     def stats(self) -> dict:
@@ -105,14 +110,13 @@ class PaskRadixCache(UnifiedRadixCache):
         if hit is not None and hit[0] is cd.value:
             return hit[1]
         held = tuple((alloc.pool.mapping[:, cd.value.long()] > 0).sum(dim=1).tolist())
-        self._slots_memo[id(cd)] = (cd.value, held)  # the reference keeps id(cd.value) from reuse
+        # holding cd.value keeps it alive: a later node reusing id(cd) cannot have this value object
+        self._slots_memo[id(cd)] = (cd.value, held)
         return held
 
     def _schedulable_evictable(self, fresh: bool = False) -> int:
         """What the scheduler could place after evicting every evictable node, less what it can
         place now (module). ``fresh``: recount every slot (the memo's oracle, for tests)."""
-        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
         from sglang_pask.srt.pools import PaskAllocator
 
         alloc = self.token_to_kv_pool_allocator
@@ -124,11 +128,7 @@ class PaskRadixCache(UnifiedRadixCache):
             n, held = int(ids.numel()), (alloc.pool.mapping[:, ids.long()] > 0).sum(dim=1).tolist()
         else:
             n, held = 0, [0] * len(alloc.units)
-            root = self.tree_core.root_node
-            for node in _nodes(root):
-                cd = None if node is root else node.component_data[ComponentType.FULL]
-                if cd is None or cd.value is None or cd.lock_ref != 0:
-                    continue
+            for cd in self._full_data():
                 n += len(cd.value)
                 held = [h + x for h, x in zip(held, self._node_slots(cd, alloc))]
         room = min(alloc.full_available_size() + n,
