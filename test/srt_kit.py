@@ -8,6 +8,7 @@ drive the plugin's bookkeeping with.
 
 from __future__ import annotations
 
+import os
 from array import array
 from functools import lru_cache
 from types import SimpleNamespace
@@ -105,8 +106,10 @@ class Rig:
         """A real SGLang ``Req`` with the plugin's tags action (classes of its prompt, its segment end)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
-        from sglang_pask.srt.request_tags import attach
+        from sglang_pask.srt.request_tags import ENV_HINT_KEY, attach, make_key
 
+        if not os.environ.get(ENV_HINT_KEY):  # the launcher's process makes it in a server
+            make_key()
         carrier = SimpleNamespace(rid=rid, kv_hints=None)
         classes = prompt_classes(len(ids)) if classes is None else classes
         attach(carrier, list(classes), "qwen3_tools", segment_end)

@@ -15,12 +15,15 @@ declared in :mod:`.seam`).
   (``schema['properties']['x']['type']``). A request SGLang accepts but
   :func:`sglang_pask.rendering.validate_request_text` refuses (a special-token string inside a tool
   or message) gets that one line as its 400.
-* Scheduler, AFTER ``validate_input_length``: SGLang refuses a prompt of ``max_req_input_len``
-  tokens or more with a generic "exceeds the maximum allowed length". With a policy that limit is
-  usually the per-unit KV pool (``ceil(b x --max-total-tokens)`` slots: a prompt is prefilled whole
-  before it is compressed), far below what the same ``--max-total-tokens`` admits stock; the
-  message names the limit that refused it (:func:`length_message`). The pool geometry is recorded
-  AFTER ``KVCacheConfigurator.configure`` (:data:`LIMITS`, one per scheduler process).
+* Scheduler, AFTER ``validate_input_length``: a request whose signed structure tags do not
+  validate (:func:`sglang_pask.srt.request_tags.validate`) is refused with that line, so no method
+  reads them and the request never keeps Full KV by a failed compression. SGLang refuses a
+  prompt of ``max_req_input_len`` tokens or more with a generic "exceeds the maximum allowed
+  length". With a policy that limit is usually the per-unit KV pool (``ceil(b x
+  --max-total-tokens)`` slots: a prompt is prefilled whole before it is compressed), far below
+  what the same ``--max-total-tokens`` admits stock; the message names the limit that refused it
+  (:func:`length_message`). The pool geometry is recorded AFTER
+  ``KVCacheConfigurator.configure`` (:data:`LIMITS`, one per scheduler process).
 
 SGLang is not patched otherwise; every other message passes through unchanged.
 """
@@ -30,6 +33,8 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+
+from sglang_pask.methods.chunks import MARGIN as MARGIN_SLOTS
 
 _LOCATION = re.compile(r"^On (schema\S*?):?$", re.M)
 #: at most this many field errors are named in one message (a union of message types fails
@@ -173,11 +178,23 @@ def after_configure(result, configurator=None, *args, **kwargs):
         context_len = int(configurator.model_config.context_len)
         LIMITS = PromptLimits(context_len, int(alloc.capacity), config.budget)
         r = chunked.configure(config, int(alloc.capacity), context_len)
-        logging.getLogger("sglang_pask").info(
-            "sglang_pask: chunked prefill: %s", "off" if r is None else
-            f"a prompt over {r.above} tokens is prefilled in chunks of {r.size}, compressed at each chunk end "
-            f"(up to {min(context_len, alloc.size) - 7} tokens)")
+        logging.getLogger("sglang_pask").info("sglang_pask: chunked prefill: %s",
+                                              chunked_line(r, int(alloc.capacity), min(context_len, alloc.size) - 7))
     return result
+
+
+def chunked_line(rule, capacity: int, longest: int) -> str:
+    """What the start-up line says of the chunked prefill rule (``rule`` None: off): which prompts
+    are written whole, which in chunks, and exactly which are refused."""
+    if rule is None:
+        return f"off (a prompt must fit a unit pool of {capacity} slots whole)"
+    if rule.above >= longest:
+        return (f"not needed (a unit pool of {capacity} slots holds every prompt the server admits, {longest} "
+                "tokens, whole)")
+    return (f"a prompt over {rule.above} tokens is prefilled in chunks of {rule.size} and compressed at each chunk "
+            f"end to the budget; it is served when, at every chunk end, what the method keeps of it in one KV "
+            f"unit plus the next chunk fits that unit's {capacity} slots (less {MARGIN_SLOTS}), and refused "
+            f"with a 400 naming its need otherwise (at most {longest} tokens in any case)")
 
 
 def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwargs):
@@ -185,6 +202,11 @@ def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwa
     or truncated with ``--allow-auto-truncate``) unchanged."""
     if LIMITS is None or req is None or max_req_input_len is None:
         return result
+    if result is None:  # tags the server signed but that do not fit the request: refused, never Full KV
+        from sglang_pask.srt.request_tags import tags_of
+
+        if err := tags_of(req).error:
+            return err
     from sglang_pask.srt import chunked
 
     if result is None and chunked.applies(req):  # accepted by length: does its chunked peak fit?

@@ -33,7 +33,7 @@ import os
 
 from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error
 from sglang_pask.policy.operating_point import SegmentRule
-from sglang_pask.srt import seam, serving
+from sglang_pask.srt import request_tags, seam, serving
 from sglang_pask.srt.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
@@ -202,11 +202,14 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     if path:
         path = os.path.abspath(path)
         os.environ[ENV_POLICY] = path
+        # the tags action's signing key: made here, in the process that serves HTTP, before any
+        # scheduler starts (each inherits it); a client never sees it (request_tags)
+        request_tags.make_key()
         _persistence_args(args, path)
         tag_log = getattr(args, "pask_tag_log", None)
         if tag_log:
             os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
-        _enable_pask_hooks(apply_now=True)
+        _enable_pask_hooks()
     else:
         given = _given_flags(args)
         if given:
@@ -224,9 +227,9 @@ def active_policy_path(server_args=None) -> str | None:
     return path or os.environ.get(ENV_POLICY) or None
 
 
-def _enable_pask_hooks(apply_now: bool = True) -> None:
+def _enable_pask_hooks() -> None:
     """The PASK group of the seam: registered, applied and checked now, once per process (a hook
-    applied later could not be checked; ``apply_now`` is kept for callers and ignored)."""
+    applied later could not be checked)."""
     seam.apply(seam.PASK)
 
 
@@ -240,7 +243,7 @@ def register() -> None:
     seam.apply(seam.ALWAYS)
     policy = os.environ.get(ENV_POLICY)
     if policy:
-        _enable_pask_hooks(apply_now=False)
+        _enable_pask_hooks()
         logger.info("sglang_pask: plugin loaded in pid %d with policy %s", os.getpid(), policy)
     else:
         logger.info("sglang_pask: plugin loaded in pid %d (no policy: inert)", os.getpid())

@@ -1,6 +1,6 @@
 """The one seam between the plugin and SGLang: every hook target, every registration into an
-SGLang registry, every SGLang class we subclass, every attribute we stamp on SGLang objects and
-every exception handler we wrap on SGLang's FastAPI app, declared here as data
+SGLang registry, every SGLang class we subclass, every attribute we stamp on SGLang objects, every exception
+handler we wrap on SGLang's FastAPI app and every middleware we add to it, declared here as data
 (:data:`DECLARED`), applied here and checked here.
 
 Two groups: :data:`ALWAYS` (the CLI flag hooks, in every process) and :data:`PASK` (only with a
@@ -123,13 +123,26 @@ class AppHandler:
         return (self.app,)
 
 
+@dataclass(frozen=True)
+class AppMiddleware:
+    """``cls`` (ours, ``module:Class``, an ASGI middleware) added to SGLang's FastAPI ``app``
+    (dotted) as its innermost user middleware (after SGLang's own, so it sees the body SGLang's
+    decompression hands on), before the app serves. Only in the process that serves HTTP."""
+    app: str
+    cls: str
+    group: str = PASK
+
+    def names(self) -> tuple[str, ...]:
+        return (self.app,)
+
+
 _CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 _XGRAMMAR = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar"
 _CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _COMMON = "sglang.srt.mem_cache.common"
 _SRT = "sglang_pask.srt"
 
-DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
+DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddleware, ...] = (
     # -- always: the CLI flags (plugin) --
     Hook("sglang.srt.server_args.ServerArgs.add_cli_args", "after", f"{_SRT}.plugin:_add_flag", ALWAYS),
     Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "around", f"{_SRT}.plugin:_capture", ALWAYS),
@@ -150,6 +163,10 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler, ...] = (
     Stamp("kv_hints", "sglang.srt.managers.io_struct.GenerateReqInput", "carries the tags", ours=False),
     Stamp("extra_key", "sglang.srt.managers.io_struct.GenerateReqInput",
           "the shared segment's radix namespace", ours=False),
+    # -- the HTTP edge (edge): bad ids, client-written sglang_pask.* hints, non-object bodies --
+    Hook("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request", "after",
+         f"{_SRT}.edge:after_validate_one_request"),
+    AppMiddleware("sglang.srt.entrypoints.http_server.app", f"{_SRT}.edge:JsonObjectBody"),
     # -- one-line request errors (error_hooks) --
     Hook(f"{_CHAT}._validate_request", "after", f"{_SRT}.error_hooks:after_validate"),
     AppHandler("sglang.srt.entrypoints.http_server.app", "fastapi.exceptions.RequestValidationError",
@@ -298,6 +315,21 @@ def _serves_http() -> bool:
     return multiprocessing.parent_process() is None
 
 
+def add_middleware(d: AppMiddleware) -> None:
+    """Append ``d.cls`` to the app's middleware; raises :class:`SeamError` when the app already
+    serves (Starlette builds its middleware stack on the first request)."""
+    try:
+        app, cls = resolve(d.app), resolve(d.cls)
+    except Exception as e:
+        raise SeamError(f"SGLang target {d.app} does not resolve: {e}") from None
+    if getattr(app, "middleware_stack", None) is not None:
+        raise SeamError(f"{d.app} already serves: middleware {d.cls} can no longer be added")
+    from starlette.middleware import Middleware
+
+    if not any(m.cls is cls for m in app.user_middleware):
+        app.user_middleware.append(Middleware(cls))
+
+
 def wrap_handler(d: AppHandler) -> None:
     """``d.hook`` around the handler ``d.app`` holds for ``d.exc`` (the wrapper keeps that handler
     as ``__wrapped__``); raises :class:`SeamError` when there is none or the app already serves."""
@@ -321,7 +353,10 @@ def wrap_handler(d: AppHandler) -> None:
 def check(d) -> str | None:
     """Why the (applied) declaration ``d`` is not in force in this process, or None."""
     try:
-        if isinstance(d, AppHandler):
+        if isinstance(d, AppMiddleware):
+            if _serves_http() and not any(m.cls is resolve(d.cls) for m in resolve(d.app).user_middleware):
+                return f"middleware {d.cls} is not in {d.app}'s stack"
+        elif isinstance(d, AppHandler):
             if _serves_http() and not _in_chain(resolve(d.app).exception_handlers.get(resolve(d.exc)),
                                                 resolve(d.hook)):
                 return f"hook {d.hook} is not {d.app}'s handler of {d.exc}"
@@ -411,6 +446,8 @@ def apply(group: str) -> None:
     for d in items:
         if isinstance(d, AppHandler) and _serves_http():
             wrap_handler(d)
+        elif isinstance(d, AppMiddleware) and _serves_http():
+            add_middleware(d)
     for d in items:
         if isinstance(d, Registration):
             try:
