@@ -162,8 +162,9 @@ def main() -> None:
     results = [probe(m) for m in args.modes.split(",")]
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    lines = [f"# Trust boundary probes ({commit}, {time.time() - t0:.0f} s)", "",
-             f"`{' '.join([sys.executable.replace(str(ROOT) + '/', ''), *sys.argv])}`", ""]
+    command = " ".join(["python", *sys.argv])
+    wall = time.time() - t0
+    lines = [f"# Trust boundary probes ({commit}, {wall:.0f} s)", "", f"Command: `{command}`", ""]
     for r in results:
         lines += [f"## {r['mode']}: `{' '.join(r['args'])}`", "",
                   "| probe | status | body (first line) | alive after |", "|---|---|---|---|"]
@@ -179,6 +180,9 @@ def main() -> None:
                   *[ln[:220] for ln in r["log_lines"][:12]], "```", ""]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"commit": commit, "results": results}, indent=1) + "\n")
+    meta = {"command": command, "code": f"git {commit}", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.uname().machine}, {os.cpu_count()} cpus", "wall_s": round(wall, 1)}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print("\n".join(lines))
 
 
