@@ -21,7 +21,7 @@ SERVE_ARGS ?=
 # only; 2 also constrains every call's arguments to the tool's JSON schema (as "strict": true does)
 TOOL_STRICT ?= 0
 # The model's tool-call parser: the table of model families (python/sglang_pask/model_families.py)
-TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL))
+TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL) 2>/dev/null)
 PYTEST_ARGS ?=
 # pytest-xdist workers of `make test` (conftest.py groups the tests that share a server on one worker)
 TEST_WORKERS ?= 2
@@ -60,9 +60,12 @@ $(STAMP): requirements/cpu.txt requirements/torch.txt requirements/eval.txt requ
 	@touch $(STAMP)
 
 serve: install
+	@# no parser: not a model folder, or a family the table lacks; the table's own line says which
+	@test -n "$(TOOL_PARSER)" || $(PY) -m sglang_pask.model_families parser $(MODEL) >/dev/null
 	@echo "sglang_pask: serving $(MODEL) at http://$(HOST):$(PORT)/v1 (OpenAI-compatible; Ctrl-C stops)"
-	@echo "  try: the tool-call example of README.md (First run); models/pask-tiny-fc knows only the synthetic"
-	@echo "  'tiny' function-calling task (one call of one or two tools), plain chat gets noise"
+	@case "$(MODEL)" in *pask-tiny-fc|*pask-tiny-fc/) \
+		echo "  try: the tool-call example of README.md (First run); models/pask-tiny-fc knows only the synthetic"; \
+		echo "  'tiny' function-calling task (one call of one or two tools), plain chat gets noise";; esac
 	SGLANG_TOOL_STRICT_LEVEL=$(TOOL_STRICT) exec $(PY) -m sglang_pask.launch_server --model-path $(MODEL) \
 		--host $(HOST) --port $(PORT) \
 		--tool-call-parser $(TOOL_PARSER) --max-total-tokens $(MAX_TOTAL_TOKENS) \

@@ -54,12 +54,18 @@ def test_bad_path_is_one_line_before_heavy_imports(name):
     assert wall < 10.0  # a sanity bound, not a speed target (measured: 0.1-0.5 s; printed above)
 
 
-def test_path_rules(tmp_path):
+def test_path_rules(tmp_path, monkeypatch):
     (tmp_path / "m").mkdir()
     assert "no config.json" in model_dir_error(str(tmp_path / "m"))
     (tmp_path / "m" / "config.json").write_text("{}")
     assert model_dir_error(str(tmp_path / "m")) is None
-    assert model_dir_error("Qwen/Qwen3-4B") is None  # a hub id: left to the loader
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert "not in the local Hugging Face cache" in model_dir_error("Qwen/Qwen3-4B")  # nothing to load it from
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-4B" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    assert model_dir_error("Qwen/Qwen3-4B") is not None  # a snapshot without config.json
+    (snap / "config.json").write_text("{}")
+    assert model_dir_error("Qwen/Qwen3-4B") is None  # a hub id the cache holds: left to the loader
     assert "no such model folder" in model_dir_error("models/typo")  # `models` is a local folder
     assert "not a folder" in model_dir_error(POLICY)
     assert file_error(POLICY, "--policy") is None and "is a folder" in file_error(str(tmp_path), "--policy")

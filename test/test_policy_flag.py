@@ -170,3 +170,23 @@ def test_sglang_parsing_with_the_plugin(tmp_path):
     # the plugin path refuses a bad policy as the launcher does: same line, byte for byte, status 1
     assert "not reached" not in r.stdout and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert (r.returncode, r.stderr.strip().splitlines()[-1]) == (1, launcher_line)
+
+
+
+def test_wrong_model_names_the_policies_that_fit(tmp_path):
+    """A policy for another model: the line names the policy files beside it that fit the model
+    given (read as JSON: the model block's fingerprint), none when none does."""
+    from sglang_pask.policy.binding import ModelBinding
+    from sglang_pask.policy.flag import fitting_policies, flag_error
+
+    fc = DEFAULT_POLICY.parent / "pask-tiny-fc.json"
+    line = flag_error(str(fc), str(TINY_RANDOM))
+    fits = fitting_policies(str(fc.parent), str(TINY_RANDOM))
+    want = ModelBinding.from_model(str(TINY_RANDOM)).fingerprint
+    assert any(Path(p).name == DEFAULT_POLICY.name for p in fits)
+    assert all(json.loads(Path(p).read_text())["model"]["fingerprint"] == want for p in fits)
+    assert line.startswith("error: --pask-policy: ") and "\n" not in line
+    assert line.endswith(f"; policies beside it for this model: {', '.join(fits)}")
+    alone = tmp_path / "p.json"
+    alone.write_text(fc.read_text())
+    assert "beside it" not in flag_error(str(alone), str(TINY_RANDOM))

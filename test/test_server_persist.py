@@ -388,6 +388,10 @@ BAD_FLAGS = {
     "schedule-weekly": (["--pask-schedule", "weekly"],
                         "error: --pask-schedule must be one of continuous, prefill, got 'weekly'"),
     "budget-without-policy": (["--pask-budget", "0.5"], "error: --pask-budget needs --pask-policy"),
+    # a typo is named as a typo with or without a policy (not "needs --pask-policy": SnapKV runs without one)
+    "unknown-method-without-policy": (["--pask-method", "kvzipp"], "error: --pask-method: unknown method 'kvzipp' "
+                                      "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, pask, "
+                                      "random)"),
     "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
     "segment-budget-without-segment": (["--pask-segment-budget", "0.2"],
                                        "error: --pask-segment-budget needs --pask-segment system"),
@@ -402,7 +406,7 @@ BAD_FLAGS = {
 
 
 def _bad_argv(name: str) -> list[str]:
-    policy = [] if name == "budget-without-policy" else ["--pask-policy", str(POLICY)]
+    policy = [] if name.endswith("without-policy") else ["--pask-policy", str(POLICY)]
     return ["--model-path", str(MODEL), "--port", "1", *policy, *BAD_FLAGS[name][0]]
 
 

@@ -61,7 +61,9 @@ def chat_template(model_dir: str) -> str:
 def family(model_dir: str) -> Family:
     config = os.path.join(model_dir, "config.json")
     if not os.path.isfile(config):
-        raise UnknownFamily(f"{model_dir}: no config.json (not a model folder)")
+        from sglang_pask.paths import model_dir_error
+
+        raise UnknownFamily(model_dir_error(model_dir, "MODEL") or f"{model_dir}: no config.json (not a model folder)")
     with open(config) as f:
         model_type = json.load(f).get("model_type", "")
     template = chat_template(model_dir)

@@ -9,6 +9,9 @@ SGLang (the policy schema pulls pydantic and numpy, about half a second).
 
 from __future__ import annotations
 
+import json
+import os
+
 from sglang_pask.policy.document import PolicyError, load_policy
 
 FLAG = "--pask-policy"
@@ -24,7 +27,38 @@ def flag_error(policy: str | None, model_dir: str | None = None, tag_log: str | 
         try:
             load_policy(policy, model_dir=model_dir)
         except PolicyError as e:
-            return f"error: {FLAG}: {e}"
+            fits = fitting_policies(os.path.dirname(os.path.abspath(policy)), model_dir) \
+                if model_dir and "model" in str(e) else []
+            hint = f"; policies beside it for this model: {', '.join(fits)}" if fits else ""
+            return f"error: {FLAG}: {e}{hint}"
     elif tag_log:
         return f"error: {TAG_LOG_FLAG} needs {FLAG}"
     return None
+
+
+def fitting_policies(folder: str, model_dir: str, limit: int = 4) -> list[str]:
+    """Up to ``limit`` policy files in ``folder`` bound to the model at ``model_dir`` (their
+    ``model`` block's fingerprint equals the model's; read as JSON only), as the user would type
+    them (relative to the working folder when inside it)."""
+    from sglang_pask.policy.binding import BindingError, ModelBinding
+
+    try:
+        want = ModelBinding.from_model(model_dir).fingerprint
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    except (BindingError, OSError):
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and str(doc.get("format", "")).startswith("pask-policy/") \
+                and (doc.get("model") or {}).get("fingerprint") == want:
+            rel = os.path.relpath(path)
+            out.append(path if rel.startswith("..") else rel)
+            if len(out) == limit:
+                break
+    return out

@@ -211,6 +211,8 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
             os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
         _enable_pask_hooks()
     else:
+        if (name := getattr(args, "pask_method", None)) and (err := serving.method_error(name)):
+            raise SystemExit(f"error: {err}")  # a typo, not a missing policy
         given = _given_flags(args)
         if given:
             raise SystemExit(f"error: {', '.join(given)} need{'s' if len(given) == 1 else ''} {FLAG}")

@@ -67,6 +67,14 @@ def server_methods() -> list[str]:
     return [name for name in METHODS if _needs_attention(name) in (None, *SERVED_KINDS)]
 
 
+def method_error(name: str) -> Optional[str]:
+    """The one line for a ``--pask-method`` the registry does not have (None: it has it), with or
+    without a policy."""
+    if name in METHODS:
+        return None
+    return f"--pask-method: unknown method {name!r} (the server runs: {', '.join(server_methods())})"
+
+
 @dataclass(frozen=True)
 class ServingFlags:
     """What the launcher was given (None / empty: not given), as it crosses to child processes."""
@@ -145,9 +153,8 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     policy = load_policy(policy_path, model_dir=model_dir)
     name = flags.method or DEFAULT_METHOD
     budget = flags.budget
-    if name not in METHODS:
-        raise ValueError(f"--pask-method: unknown method {name!r} (the server runs: "
-                         f"{', '.join(server_methods())})")
+    if err := method_error(name):
+        raise ValueError(err)
     if name not in server_methods():
         raise ValueError(f"--pask-method: {name!r} needs attention statistics "
                          f"({_needs_attention(name)}) that the server does not record; "
