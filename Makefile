@@ -90,10 +90,13 @@ lint: install
 # bytes and sent the same tool requests all at once; prints the ratio table and the folder it wrote.
 BENCH_POLICY = $(or $(POLICY),policies/pask-tiny-fc.json)
 BENCH_OUT ?= out/bench-$(shell date -u +%Y%m%d-%H%M%S)
-BENCH_ARGS ?= --requests 32 --points policy,continuous:1,continuous:16 --repeat 1
+# three rounds (a row is the median of its runs, a ratio the median of the rounds' ratios: one slow
+# round on a shared machine does not decide the headline); BENCH_PORTS=A-B: the servers listen there
+BENCH_ARGS ?= --requests 32 --points policy,continuous:1,continuous:16 --repeat 3
+BENCH_PORTS ?=
 bench: install
 	$(PY) bench/server_capacity.py --parts capacity --model $(MODEL) --policy $(BENCH_POLICY) \
-		--out $(BENCH_OUT) $(BENCH_ARGS)
+		--out $(BENCH_OUT) $(if $(BENCH_PORTS),--ports $(BENCH_PORTS)) $(BENCH_ARGS)
 
 # Rebuild the plumbing model (deterministic; the committed copy is what tests use).
 model: install

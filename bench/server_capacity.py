@@ -61,6 +61,12 @@ PREFILL_RE = re.compile(r"Prefill batch, #new-seq: \d+, #new-token: (\d+), #cach
 #: both servers of a pair: what a policy makes the plugin set, so Full runs the same scheduler
 MATCHED = ["--disable-radix-cache", "--disable-overlap-schedule", "--decode-log-interval", "1",
            "--sleep-on-idle", "--log-level", "info"]
+#: ``--ports``: the ports servers may listen on (empty: any free port, printed as each starts)
+PORTS: list[int] = []
+#: seconds per server run for the estimate printed before part 1 starts: start-up and stop, and
+#: per output token of the workload (a 2-core machine, nothing else running; rough, from
+#: this script's own runs: 32 requests x 64 output tokens ran ~45 s per server with start-up)
+EST_START_S, EST_PER_TOKEN_S = 25.0, 0.01
 #: the random Qwen3 of part 2: ~25M parameters, 8 layers, 4 KV heads x 128 dims
 TPOT_MODEL = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8,
                   num_key_value_heads=4, head_dim=128, max_position_embeddings=8192)
@@ -144,7 +150,8 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path, env: dict 
     t0 = time.monotonic()
     shown = " ".join(f"{f} {v}" for f, v in zip(flags, flags[1:]) if f.startswith("--pask-"))
     print(f"[{name}] starting the server ({shown or 'Full KV'}), then {n} requests, {conc} at a time", flush=True)
-    with running_server(model, flags, env=env) as srv:
+    with running_server(model, flags, env=env, ports=PORTS or None) as srv:
+        print(f"[{name}] serving on 127.0.0.1:{srv.port} (log: {srv.log_path})", flush=True)
         info = server_info(srv)
         res = bench_serving(srv, model, dataset, n, conc, work / f"{name}.jsonl")
         pask = (server_info(srv)["internal_states"][0].get("pask") or {})
@@ -356,12 +363,13 @@ def plot(results: dict, path: Path) -> None:
                                       ("output_throughput", "output throughput (tok/s)"))):
         names = ["full", *pask_rows(cap)]
         vals = [cap[n][key] for n in names]
-        ax[i].bar(["Full"] + [f"PASK@{cap['budget']:g}\n{point_label(cap[n]).split(' (')[0]}" for n in names[1:]],
-                  vals,
-                  color=["#777777", "#d95f02", "#fdae6b", "#a6761d"][: len(names)])
+        ax[i].bar(range(len(names)), vals, color=["#777777", "#d95f02", "#fdae6b", "#a6761d"][: len(names)])
+        ax[i].set_xticks(range(len(names)), ["Full"] + [f"PASK@{cap['budget']:g}\n{point_label(cap[n]).split(' (')[0]}"
+                                                         for n in names[1:]], fontsize=8, rotation=20, ha="right")
         ax[i].set_title(f"{title}\n{cap['full_max_total_tokens']} tokens of KV, {cap['dataset']['requests']} requests")
+        ax[i].set_ylim(0, 1.15 * max(vals))  # room for the value labels under the title
         for x, v in enumerate(vals):
-            ax[i].text(x, v, f"{v:.1f}", ha="center", va="bottom")
+            ax[i].text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
     if not tpot:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
@@ -438,20 +446,22 @@ def report(results: dict, meta: dict) -> str:
     if rounds > 1:
         lines += ["", f"Each server ran {rounds} times, in rounds that start every server once in the order of the "
                   "table; a row is the median of its runs, a ratio the median of the rounds' ratios."]
-    lines += ["", f"Ratios PASK / Full: max running requests **{r['max_running_req']}x** (goal >= 2.5x), output "
-              f"throughput **{r['output_throughput']}x** (goal >= 1.5x), mean running {r['mean_running_req']}x "
+    lines += ["", f"Ratios PASK / Full at the same KV bytes (above 1: PASK serves more): max running requests "
+              f"**{r['max_running_req']}x**, output throughput **{r['output_throughput']}x**, mean running "
+              f"{r['mean_running_req']}x; median TPOT {r['median_tpot_ms']}x (below 1: PASK's tokens come faster) "
               f"(PASK at {point_label(cap['pask'])})."
               + (f" Output throughput ratio by round: {', '.join(f'{x}x' for x in r['per_round_output_throughput'])}."
                  if rounds > 1 else "")]
     for i, name in enumerate(pask_rows(cap)[1:], 1):
         q = cap[f"ratio_{i}"]
         lines.append(f"At {point_label(cap[name])}: max running requests {q['max_running_req']}x, output "
-                     f"throughput {q['output_throughput']}x.")
+                     f"throughput {q['output_throughput']}x, median TPOT {q['median_tpot_ms']}x (lower is better).")
     if "ratio_plugin" in cap:
         q = cap["ratio_plugin"]
         lines.append(f"Against Full KV through the plugin's own backend (the same per-unit pools and batched decode "
                      f"attention, `--pask-method full --pask-budget 1`): output throughput {q['output_throughput']}x, "
-                     f"median TPOT {q['median_tpot_ms']}x, max running requests {q['max_running_req']}x.")
+                     f"median TPOT {q['median_tpot_ms']}x (lower is better), max running requests "
+                     f"{q['max_running_req']}x.")
     lines += ["", *ratio_table(cap), ""]
     t = results.get("tpot")
     if not t:
@@ -461,7 +471,8 @@ def report(results: dict, meta: dict) -> str:
              f"## TPOT: random-weight Qwen3, {m['params'] / 1e6:.1f}M parameters ({m['num_hidden_layers']} layers, "
              f"hidden {m['hidden_size']}, {m['num_key_value_heads']} KV heads x {m['head_dim']}), prior policy")
     lines += [title, "",
-              "| context | requests | Full KV tokens | Full median TPOT ms | PASK median TPOT ms | PASK / Full |",
+              "| context | requests | Full KV tokens | Full median TPOT ms | PASK median TPOT ms "
+              "| PASK / Full (lower is better) |",
               "|---:|---:|---:|---:|---:|---:|"]
     for ctx, c in t["contexts"].items():
         lines.append(f"| {c['dataset']['prompt_tokens_median']:.0f} (target {ctx}) | {c['dataset']['requests']} | "
@@ -474,7 +485,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
     p.add_argument("--policy", default="policies/pask-tiny-fc.json")
-    p.add_argument("--budget", type=float, default=0.33)
+    p.add_argument("--budget", type=float, default=None, help="PASK's budget (default: the policy's own)")
     p.add_argument("--full-tokens", type=int, default=8192, help="Full KV tokens of part 1 (M)")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=1100)
@@ -502,9 +513,23 @@ def main(argv=None) -> int:
     p.add_argument("--no-full-plugin", action="store_true",
                    help="part 1 without the row of Full KV through the plugin's backend")
     p.add_argument("--parts", default="capacity,tpot", help="capacity, tpot or both (default both)")
+    p.add_argument("--ports", default="",
+                   help="A-B: every server listens on the first free port of this range (default: any free port; "
+                        "each is printed as its server starts)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     MATCHED.extend(a.server_args.split())
+    if a.ports:
+        try:
+            lo, hi = (int(x) for x in a.ports.split("-"))
+            assert 0 < lo <= hi < 65536
+        except (ValueError, AssertionError):
+            p.error(f"--ports must be A-B with 0 < A <= B < 65536, got {a.ports!r}")
+        PORTS[:] = range(lo, hi + 1)
+    if a.budget is None:
+        from sglang_pask.policy.document import load_policy
+
+        a.budget = float(load_policy(a.policy).budget)
     if a.quick:
         a.requests, a.contexts, a.tpot_requests, a.tpot_output_len, a.repeat = 16, "1024", 2, 16, 1
     a.contexts = [int(x) for x in a.contexts.split(",")]
@@ -516,6 +541,12 @@ def main(argv=None) -> int:
     parts = [x for x in a.parts.split(",") if x]
     if "capacity" not in parts or not set(parts) <= {"capacity", "tpot"}:
         p.error(f"--parts must hold capacity (and may add tpot), got {a.parts!r}")
+    runs = a.repeat * (1 + (not a.no_full_plugin) + len(a.points))
+    est = runs * (EST_START_S + EST_PER_TOKEN_S * a.requests * a.output_len)
+    print(f"[capacity] {runs} server runs ({a.repeat} rounds of {runs // a.repeat}: Full KV"
+          f"{', Full KV through the plugin' if not a.no_full_plugin else ''} and PASK at {len(a.points)} operating "
+          f"point(s)), {a.requests} requests each: about {est / 60:.0f} min on 2 idle cores"
+          + ("; part 2 (TPOT) after it" if "tpot" in parts else ""), flush=True)
     with tempfile.TemporaryDirectory(prefix="pask-capacity-") as d:
         results = {"capacity": part_capacity(a, Path(d))}
         if "tpot" in parts:

@@ -118,9 +118,23 @@ class _PortTaken(ServerStartError):
     """The chosen port was taken between :func:`free_port` and the server's bind."""
 
 
-def _start(model: str, extra_args: Sequence[str], timeout: float, env: dict | None) -> Server:
-    """A healthy server on a fresh free port (stopped before any error is raised)."""
-    port = free_port()
+def free_port_in(ports: Sequence[int]) -> int:
+    """The first port of ``ports`` nothing on this machine listens on (OSError when none is)."""
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {ports[0]}-{ports[-1]}" if len(ports) else "no ports given")
+
+
+def _start(model: str, extra_args: Sequence[str], timeout: float, env: dict | None,
+           ports: Sequence[int] | None = None) -> Server:
+    """A healthy server on a fresh free port (the first free one of ``ports`` when given; stopped
+    before any error is raised)."""
+    port = free_port_in(ports) if ports else free_port()
     fd, log_path = tempfile.mkstemp(prefix=f"pask-server-{port}-", suffix=".log")
     os.close(fd)
     with open(log_path, "w") as log:
@@ -150,15 +164,15 @@ def _start(model: str, extra_args: Sequence[str], timeout: float, env: dict | No
 @contextlib.contextmanager
 def running_server(
     model: str, extra_args: Sequence[str] = (), timeout: float = 240.0, env: dict | None = None,
-    port_tries: int = 3, graceful: bool = False,
+    port_tries: int = 3, graceful: bool = False, ports: Sequence[int] | None = None,
 ) -> Iterator[Server]:
     """A healthy server, stopped by PID on exit (also on failure; killed at once unless
     ``graceful``: :func:`stop`). A port taken between choosing and binding it (another process,
     e.g. a server's internal sockets, took it first) is retried on a new free port, up to
-    ``port_tries`` starts."""
+    ``port_tries`` starts. ``ports``: choose from these only (a range a firewall allows)."""
     for attempt in range(port_tries):
         try:
-            server = _start(model, extra_args, timeout, env)
+            server = _start(model, extra_args, timeout, env, ports)
             break
         except _PortTaken:
             if attempt == port_tries - 1:
