@@ -1,14 +1,16 @@
 """The README's examples run and mean something: every code block marked
 ``<!-- readme-test expect="REGEX" ... -->`` runs as written (bash or python, from the repository
-root) and must exit 0 with each REGEX found in its output. Blocks that talk to
-``127.0.0.1:30000`` (``make serve``'s address) get a live server of the default model started
-here with ``make serve``'s flags (and stopped by PID); ``runs/`` becomes a temp folder."""
+root) and must exit 0 with each REGEX found in its output. Blocks that talk to ``make serve``'s
+address follow ``$PORT`` as the Makefile does (no example hard-codes a port: a user who serves with
+``PORT=`` runs them unedited); they get a live server of the default model started here with
+``make serve``'s flags (stopped by PID) and run with ``PORT`` set to its port; ``runs/`` becomes a
+temp folder."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from sglang_pask.testing import readme_blocks, run_readme_block
+from sglang_pask.testing import HARD_PORT, readme_blocks, run_readme_block
 
 BLOCKS = readme_blocks(ROOT / "README.md")
 
@@ -17,6 +19,9 @@ def test_examples_are_marked():
     kinds = {b.kind for b in BLOCKS}
     assert len(BLOCKS) >= 6 and kinds == {"bash", "python"}
     assert any(b.needs_server for b in BLOCKS)  # the openai example
+    for marker in ("readme-test", "real-model-test"):
+        for b in readme_blocks(ROOT / "README.md", marker):
+            assert HARD_PORT not in b.code, f"{b.where}: a hard-coded port (follow $PORT as make serve does)"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])

@@ -185,8 +185,12 @@ def running_server(
 
 #: ``<!-- MARKER expect="REGEX" ... -->`` right above a fenced bash or python block of the README
 _README_BLOCK = r'^<!-- {marker}((?: expect="[^"]*")+) -->\n```(bash|python)\n(.*?)^```'
-#: the address the README's examples talk to (``make serve``'s default)
-README_ADDRESS = "127.0.0.1:30000"
+#: the address the README's examples talk to: ``make serve``'s, its port from ``$PORT`` as the
+#: Makefile's (``${PORT:-30000}`` in bash, ``os.environ.get('PORT', '30000')`` in Python)
+README_HOST = "127.0.0.1:"
+README_PORT = ("${PORT:-30000}", "{os.environ.get('PORT', '30000')}")
+#: a port written into an example (the examples must follow ``$PORT``: test_readme_examples.py)
+HARD_PORT = "127.0.0.1:30000"
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ class ReadmeBlock:
 
     @property
     def needs_server(self) -> bool:
-        return README_ADDRESS in self.code
+        return any(README_HOST + p in self.code for p in README_PORT)
 
 
 def readme_blocks(path, marker: str = "readme-test") -> list[ReadmeBlock]:
@@ -220,20 +224,19 @@ def readme_blocks(path, marker: str = "readme-test") -> list[ReadmeBlock]:
 
 def run_readme_block(block: ReadmeBlock, cwd, tmp, port: int | None = None,
                      timeout: float = 900) -> tuple[subprocess.CompletedProcess, float, list[str]]:
-    """Run ``block`` as written from ``cwd`` (its server address pointed at ``port``, ``runs/`` at
-    ``tmp/runs/``); returns the finished process, its wall seconds, and the expected regexes
-    missing from its output (stdout and stderr)."""
+    """Run ``block`` as written from ``cwd`` (``$PORT`` set to ``port``, as a user sets it;
+    ``runs/`` at ``tmp/runs/``); returns the finished process, its wall seconds, and the expected
+    regexes missing from its output (stdout and stderr)."""
     import re
     from pathlib import Path
 
     code = block.code.replace("runs/", f"{tmp}/runs/")
-    if port is not None:
-        code = code.replace(README_ADDRESS, f"127.0.0.1:{port}")
+    env = {**os.environ, "PORT": str(port)} if port is not None else None
     script = Path(tmp) / ("example.sh" if block.kind == "bash" else "example.py")
     script.write_text(code)
     cmd = ["bash", "-euo", "pipefail", str(script)] if block.kind == "bash" else [sys.executable, str(script)]
     t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.monotonic() - t0
     missing = [e for e in block.expects if not re.search(e, r.stdout + r.stderr)]
     return r, seconds, missing
