@@ -95,7 +95,7 @@ def test_the_run_records_the_scorer_and_its_sha256(model, tok, tmp_path):
     with pytest.raises(ScorerError, match="the method pins " + "0" * 64):
         Runner(model, tok, method=make_method("kvzap", 0.3, scorer=path, scorer_sha256="0" * 64))
     with pytest.raises(ScorerError, match="pass the method option scorer=FILE"):
-        Runner(model, tok, method=make_method("kvzap", 0.3))  # a model object has no folder to look in
+        Runner(model, tok, method=make_method("kvzap", 0.3))  # no default: a scorer is bound to one model
     with pytest.raises(ScorerError, match="no scorer file"):
         Runner(model, tok, method=make_method("kvzap", 0.3, scorer=str(tmp_path / "missing.safetensors")))
 
@@ -108,3 +108,4 @@ def test_a_scorer_for_another_model_is_refused_naming_both(model):
     fitted, given = msg.split("but model")
     assert "random (test)" in fitted and "layers=3" in fitted  # the scorer's model
     assert str(TINY) in given and "layers=4" in given  # the runner's model
+

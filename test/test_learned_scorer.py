@@ -10,7 +10,6 @@ import json
 import numpy as np
 import pytest
 from sglang_pask.methods.learned import (
-    DEFAULT_FILE,
     FORMAT,
     LearnedScorer,
     ScorerError,
@@ -70,7 +69,7 @@ def scorer(seed=0, layers=2, heads=2, d=8, fingerprint="sha256:00000000000000aa"
 
 def test_file_round_trip_header_and_sha256(tmp_path):
     s = scorer()
-    path = tmp_path / DEFAULT_FILE
+    path = tmp_path / "scorer.safetensors"
     sha = s.save(path)
     assert sha == hashlib.sha256(path.read_bytes()).hexdigest() == scorer_sha256(path)
     back = LearnedScorer.load(path, binding(), "models/same")

@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from sglang_pask.methods.learned import DEFAULT_FILE, LearnedScorer, ScorerError, scorer_sha256
+from sglang_pask.methods.learned import LearnedScorer, ScorerError, scorer_sha256
 
 
 def decoder_layers(model) -> list:
@@ -73,20 +73,24 @@ def learned_heads(scorer: LearnedScorer, cache, retained: list[np.ndarray]) -> l
 
 
 def resolve_scorer(method, model, model_dir: Optional[str]) -> tuple[LearnedScorer, object]:
-    """The scorer ``method`` (a ``learned_heads`` method) reads, checked against ``model``, and the
-    method with its ``scorer`` path and ``scorer_sha256`` filled in (what the run records). No
-    path given: :data:`~sglang_pask.methods.learned.DEFAULT_FILE` in the model's folder."""
+    """The scorer ``method`` (a ``learned_heads`` method) reads, checked against ``model`` (its
+    folder ``model_dir``, else its config), and the method with ``scorer_sha256`` filled in (what
+    the run records). There is no default file: a scorer is bound to one model, so the run names
+    it (a ``*.safetensors`` file in the model's folder would be read as weights by SGLang's loader,
+    so shipped scorers live in ``policies/``)."""
     import dataclasses
 
     from sglang_pask.policy.binding import ModelBinding
 
-    path = method.scorer or (os.path.join(model_dir, DEFAULT_FILE) if model_dir else "")
+    path = method.scorer
     if not path:
-        raise ScorerError(f"{method.name} needs a scorer file for a model given as an object: "
-                          "pass the method option scorer=FILE")
+        raise ScorerError(f"{method.name} needs a scorer file: pass the method option scorer=FILE "
+                          "(e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` writes one)")
     if not os.path.isfile(path):
-        raise ScorerError(f"{method.name}: no scorer file {path!r} (fit one with `pask fit-scorer`, or "
-                          "pass the method option scorer=FILE)")
+        raise ScorerError(f"{method.name}: no scorer file {path!r} (fit one with `pask fit-scorer`)")
+    if not model_dir:  # a loaded model remembers the folder it came from
+        known = getattr(model, "name_or_path", "") or ""
+        model_dir = known if os.path.isfile(os.path.join(known, "config.json")) else None
     if model_dir:
         have, name = ModelBinding.from_model(model_dir), model_dir
     else:
@@ -96,4 +100,4 @@ def resolve_scorer(method, model, model_dir: Optional[str]) -> tuple[LearnedScor
     sha = scorer_sha256(path)
     if method.scorer_sha256 and method.scorer_sha256 != sha:
         raise ScorerError(f"scorer file {path!r} has sha256 {sha}, the method pins {method.scorer_sha256}")
-    return scorer, dataclasses.replace(method, scorer=path, scorer_sha256=sha)
+    return scorer, dataclasses.replace(method, scorer_sha256=sha)

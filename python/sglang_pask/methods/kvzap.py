@@ -28,9 +28,9 @@ class KVzap(ScorerMethod):
     threshold that keeps exactly ``b`` of the KV, i.e. one global ranking over (layer, head,
     position) -- the same layer and head allocation as :class:`~.kvzip.KVzip` (``layerwise=False``),
     so the two differ only in where the scores come from. The first ``n_sink`` positions are kept
-    (the scorer is not fitted on them). ``scorer``: the scorer file (empty: the model folder's
-    :data:`~.learned.DEFAULT_FILE`); ``scorer_sha256``: its pin (empty: unpinned); the reference
-    runner fills both in, so every run records which scorer it used."""
+    (the scorer is not fitted on them). ``scorer``: the scorer file, which an engine needs (the
+    tiny model's: ``policies/pask-tiny-fc.kvzap.safetensors``); ``scorer_sha256``: its pin (empty:
+    unpinned; the reference runner fills it in, so every run records which scorer it read)."""
 
     name = "kvzap"
     needs_attention = "learned_heads"

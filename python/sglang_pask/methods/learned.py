@@ -34,8 +34,6 @@ from sglang_pask.policy.binding import ModelBinding
 FORMAT = "pask-learned-scorer/1"
 #: added to a KVzip score before the log (a score of 0 maps to log(EPS))
 EPS = 1e-6
-#: the scorer file the reference runner looks for in a model's folder when none is named
-DEFAULT_FILE = "kvzap-scorer.safetensors"
 TARGET = ("log(kvzip_heads + 1e-6): this project's KVzip scores (kvpress KVzipPress at 8bb29b9, "
           "max attention over a KV group's reconstruction queries; not KVzip+), per KV head")
 FEATURE = "the layer's input_layernorm output (the attention input's hidden state), per position"
