@@ -55,11 +55,12 @@ def test_fit_is_deterministic_and_the_report_is_held_out(tmp_path, capsys):
     assert "held-out" in capsys.readouterr().err
     assert main(["scorer-report", "--model", str(TINY_FC), "--scorer", str(a), "--data", "synthetic:calib:2:tiny",
                  "--out", str(out)]) == 0
-    q = json.loads((out / "report.json").read_text())
+    q = json.loads((out / "fit_quality.json").read_text())
     assert q["prompts"] == 2 and q["scorer_sha256"] == scorer_sha256(a)
     assert np.array(q["spearman"]).shape == (4, 2) and np.array(q["recall"]["0.2"]).shape == (4, 2)
     assert 0 < q["mean"]["spearman"] <= 1 and 0 < q["pooled"]["0.33"] <= 1
-    assert "| all | pooled |" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "| all | pooled |" in md and "Command: `pask scorer-report --model" in md  # docs/results.md reads it
 
 
 def test_quality_of_a_perfect_scorer():

@@ -212,7 +212,7 @@ def _scorer_report_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scorer", required=True, help="scorer file (pask fit-scorer)")
     p.add_argument("--data", required=True, help="held-out prompts, e.g. synthetic:calib:100:tiny (train or calib "
                    "splits only; never eval)")
-    p.add_argument("--out", required=True, help="folder for report.md and report.json")
+    p.add_argument("--out", required=True, help="folder for report.md and fit_quality.json")
 
 
 @command("scorer-report", "the learned scorer's fit quality against KVzip's scores on held-out prompts",
@@ -250,14 +250,14 @@ def scorer_report(args: argparse.Namespace) -> int:
             "Spearman's rank correlation; recall@f = |top-k(predicted) ∩ top-k(KVzip)| / k with k = f x the "
             "prompt's non-sink positions, per layer and KV head; pooled = every (layer, head, position) of a "
             "prompt ranked together.\n\n" + sc.table(q) + "\n\n"
-            f"Reproduce: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data} "
+            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data} "
             f"--out {args.out}`\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(text)
-    with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(args.out, "fit_quality.json"), "w", encoding="utf-8") as f:
         json.dump(q, f, indent=1, sort_keys=True)
         f.write("\n")
     print(sc.table(q))
-    print(f"({q['prompts']} prompts of {args.data}, {q['seconds']}s) wrote {args.out}/report.md, report.json")
+    print(f"({q['prompts']} prompts of {args.data}, {q['seconds']}s) wrote {args.out}/report.md, fit_quality.json")
     return 0
