@@ -20,5 +20,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 $PY -m sglang_pask.cli sweep --model "$MODEL" --data "synthetic:calib:$N:tiny" \
     --methods "kvzip,kvzap:scorer=$SCORER" --budgets "$BUDGETS" --schedules prefill --tool-choice required \
     --max-tokens 128 --jobs 1 --no-progress --out "$RUNS" --results "$RESULTS"
-$PY bench/paired_table.py --runs "kvzap=$RUNS/kvzap+scorer=$SCORER-prefill-{b}" \
+$PY bench/paired_table.py --runs "kvzap=$RUNS/kvzap+scorer=${SCORER//\//_}-prefill-{b}" \
     --baseline "kvzip=$RUNS/kvzip-prefill-{b}" --budgets "$BUDGETS" --out "$RESULTS/paired.md"
