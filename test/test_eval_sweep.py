@@ -22,6 +22,9 @@ def test_plan_and_method_spec_syntax():
     assert cells[-1].label == "h2o[normalize=true]" and cells[-1].options == {"normalize": True}
     with pytest.raises(ValueError, match="twice"):
         plan(["snapkv", "snapkv"], [0.5], ["prefill"])
+    path = plan(["kvzap:scorer=policies/a.safetensors"], [0.2], ["prefill"])[0]  # one directory, not two
+    assert path.name == "kvzap+scorer=policies_a.safetensors-prefill-0.2"
+    assert path.options == {"scorer": "policies/a.safetensors"}
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         plan(["snapkv"], [1.5], ["prefill"])
 

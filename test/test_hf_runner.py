@@ -85,12 +85,12 @@ def policy(model):
     return prior_policy(ModelBinding.from_config(model.config.to_dict()), groups=2, budget=BUDGET)
 
 
-def _method(name, budget, policy, **options):
-    return build_method(name, budget, policy=policy if name == "pask" else None, **options)
+def _method(name, budget, policy, model=None, **options):
+    return build_method(name, budget, policy=policy if name == "pask" else None, model=model, **options)
 
 
 def _runner(model, tok, name, budget, policy, options=None, segment_rule=None):
-    method = _method(name, budget, policy, **{"interval": EVERY, **(options or {})})
+    method = _method(name, budget, policy, model, **{"interval": EVERY, **(options or {})})
     return Runner(model, tok, method=method, policy=policy if name == "pask" else None, segment_rule=segment_rule)
 
 

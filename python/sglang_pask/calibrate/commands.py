@@ -163,3 +163,101 @@ def policy_ablate(args: argparse.Namespace) -> int:
     save_policy(p, args.out)
     print(f"wrote {args.out}: {p.name}")
     return 0
+
+
+def _fit_scorer_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--data", required=True, help="train prompts, e.g. synthetic:train:300:tiny (train or calib "
+                   "splits only; never eval)")
+    p.add_argument("--out", required=True, help="scorer file to write (.safetensors; its sha256 is printed)")
+    p.add_argument("--seed", type=int, default=0, help="which prompts hold out for the penalty (default 0)")
+    p.add_argument("--val-n", type=int, default=50, help="held-out prompts that choose each layer's penalty "
+                   "(default 50)")
+    p.add_argument("--n-sink", type=int, default=4, help="first positions left out of fitting (default 4, KVzip's)")
+
+
+@command("fit-scorer", "fit the learned scorer (KVzap, linear) to KVzip's scores on train prompts", _fit_scorer_setup)
+def fit_scorer(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from sglang_pask.calibrate import scorer as sc
+    from sglang_pask.policy.binding import ModelBinding
+
+    try:
+        sc.check_split(args.data)
+    except ValueError as e:
+        print(f"pask fit-scorer: {e}", file=sys.stderr)
+        return 2
+    elapsed = sc.timer()
+    samples = sc.collect(args.model, args.data, args.n_sink)
+    t_collect = elapsed()
+    scorer = sc.fit(samples, ModelBinding.from_model(args.model), model_path=os.path.normpath(args.model),
+                    spec=args.data, seed=args.seed, val_n=args.val_n, n_sink=args.n_sink)
+    sha = scorer.save(args.out)
+    c = scorer.header["counts"]
+    print(f"fitted on {c['prompts_fit']} prompts ({c['positions_fit']} positions), penalty chosen on "
+          f"{c['prompts_val']} held-out train prompts ({c['positions_val']} positions)")
+    for li, m in enumerate(scorer.header["fit"]["layers"]):
+        print(f"layer {li}: lambda {m['lambda']:g}, held-out R2 per KV head "
+              + " ".join(f"{v:.3f}" for v in m["val_r2"]))
+    print(f"took {elapsed():.1f}s ({t_collect:.1f}s rendering, prefill and KVzip's scores; "
+          f"{elapsed() - t_collect:.1f}s fitting)")
+    print(f"wrote {args.out} sha256 {sha}")
+    return 0
+
+
+def _scorer_report_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--scorer", required=True, help="scorer file (pask fit-scorer)")
+    p.add_argument("--data", required=True, help="held-out prompts, e.g. synthetic:calib:100:tiny (train or calib "
+                   "splits only; never eval)")
+    p.add_argument("--out", required=True, help="folder for report.md and fit_quality.json")
+
+
+@command("scorer-report", "the learned scorer's fit quality against KVzip's scores on held-out prompts",
+         _scorer_report_setup)
+def scorer_report(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import sys
+
+    from sglang_pask.calibrate import scorer as sc
+    from sglang_pask.methods.learned import LearnedScorer, ScorerError, scorer_sha256
+    from sglang_pask.policy.binding import ModelBinding
+
+    try:
+        sc.check_split(args.data)
+        scorer = LearnedScorer.load(args.scorer, ModelBinding.from_model(args.model), args.model)
+    except (ValueError, ScorerError) as e:
+        print(f"pask scorer-report: {e}", file=sys.stderr)
+        return 2
+    fitted = scorer.header.get("data", {})
+    here = sc.check_split(args.data)
+    if fitted.get("spec") and (fitted["spec"].split(":")[0], fitted.get("split")) == (here["kind"], here["split"]):
+        print(f"pask scorer-report: {args.data} is the split the scorer was fitted on; measure on held-out "
+              "prompts", file=sys.stderr)
+        return 2
+    elapsed = sc.timer()
+    n_sink = int(scorer.header.get("targets", {}).get("n_sink", 4))
+    samples = sc.collect(args.model, args.data, n_sink)
+    q = sc.quality(scorer, samples, n_sink)
+    q.update(model=args.model, scorer=args.scorer, scorer_sha256=scorer_sha256(args.scorer), data=args.data,
+             n_sink=n_sink, scorer_data=scorer.header.get("data", {}).get("spec"), seconds=round(elapsed(), 1))
+    text = (f"# Learned scorer fit quality\n\nScorer `{args.scorer}` (sha256 `{q['scorer_sha256']}`, fitted on "
+            f"`{q['scorer_data']}`) against KVzip's scores on `{args.data}`: {q['prompts']} prompts, "
+            f"{q['positions']} non-sink positions (the first {n_sink} left out). Per prompt, then averaged: "
+            "Spearman's rank correlation; recall@f = |top-k(predicted) ∩ top-k(KVzip)| / k with k = f x the "
+            "prompt's non-sink positions, per layer and KV head; pooled = every (layer, head, position) of a "
+            "prompt ranked together.\n\n" + sc.table(q) + "\n\n"
+            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data} "
+            f"--out {args.out}`\n")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "fit_quality.json"), "w", encoding="utf-8") as f:
+        json.dump(q, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(sc.table(q))
+    print(f"({q['prompts']} prompts of {args.data}, {q['seconds']}s) wrote {args.out}/report.md, fit_quality.json")
+    return 0

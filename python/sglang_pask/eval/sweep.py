@@ -53,8 +53,10 @@ class Cell:
 
     @property
     def name(self) -> str:
-        """The run directory's name, e.g. ``h2o+normalize=true-prefill-0.33`` (``full``: ``full``)."""
-        stem = "+".join([self.method] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+        """The run directory's name, e.g. ``h2o+normalize=true-prefill-0.33`` (``full``: ``full``); a
+        path among the options (``kvzap:scorer=policies/x.safetensors``) has its ``/`` spelt ``_``,
+        so each cell stays one directory (two cells that then collide are refused by :func:`plan`)."""
+        stem = "+".join([self.method] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v.replace('/', '_')}"
                                          for k, v in sorted(self.options.items())])
         if self.budget is None:
             return stem

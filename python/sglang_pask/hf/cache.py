@@ -24,7 +24,11 @@ products (un-rotated with ``PrunableCache.rotary``, the model's rotary embedding
 position); KVzip's scoring forward runs on a copy with ``reconstruct = (a, b, sinks, new)`` set:
 queries at positions ``>= new`` see only keys at positions ``< sinks``, in ``[a, b)`` or ``>=
 new``, and each layer folds into ``kvzip_max`` float32 ``[kv_heads, n_l]`` the most attention
-any query of a KV group pays each slot.
+any query of a KV group pays each slot. Stats kind ``learned_heads`` (KVzap, the learned scorer)
+keeps each layer's attention input per logical position (``PrunableCache.layer_inputs[l]`` float32
+``[T, hidden]``, written by forward hooks on ``input_layernorm`` during the forwards that wrote the
+slots, :mod:`.learned`; never pruned, like ``token_ids``): the scorer maps the held ones to scores
+at a compression.
 
 Per-KV-head selection (SnapKV ``per_head``): a layer physically holds the union of its heads'
 kept positions and ``head_mask`` bool ``[kv_heads, n_l]`` (None: every head holds every slot)
@@ -42,7 +46,7 @@ import copy
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-STATS_KINDS = (None, "accumulated", "window", "window_heads", "expected_heads", "kvzip_heads")
+STATS_KINDS = (None, "accumulated", "window", "window_heads", "expected_heads", "kvzip_heads", "learned_heads")
 
 
 class PrunableLayer(CacheLayerMixin):
@@ -166,6 +170,8 @@ class PrunableCache(Cache):
         self.rotary = rotary
         self.token_ids: list[int] = []  # kvzip_heads: the token written at each logical position
         self.reconstruct: tuple[int, int, int, int] | None = None  # KVzip's scoring forward only
+        #: learned_heads: per layer float32 [T, hidden], the attention input at each logical position
+        self.layer_inputs: list[torch.Tensor] = []
 
     def clone(self) -> "PrunableCache":
         """An independent copy of the whole cache: the statistics kind and window size, and per
@@ -175,6 +181,7 @@ class PrunableCache(Cache):
         new = copy.copy(self)
         new.layers = [lay.clone() for lay in self.layers]
         new.token_ids = list(self.token_ids)
+        new.layer_inputs = [t.clone() for t in self.layer_inputs]
         return new
 
     def positions(self, layer: int) -> torch.Tensor:

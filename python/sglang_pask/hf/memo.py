@@ -29,8 +29,10 @@ __all__ = ["PrefillMemo"]
 
 
 def _bytes(prompted) -> int:
-    """Bytes of every tensor the memo keeps for one forward (cache layers and logits)."""
+    """Bytes of every tensor the memo keeps for one forward (cache layers, the learned scorer's
+    attention inputs, logits)."""
     total = prompted.logits.numel() * prompted.logits.element_size()
+    total += sum(t.numel() * t.element_size() for t in prompted.cache.layer_inputs)
     for lay in prompted.cache.layers:
         total += sum(v.numel() * v.element_size() for v in vars(lay).values() if isinstance(v, torch.Tensor))
     return total

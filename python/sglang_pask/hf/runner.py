@@ -133,6 +133,12 @@ class Runner:
                 model = model.to(device)
         self.model = model.eval()
         self.tokenizer = tokenizer
+        #: the learned scorer (KVzap) a ``learned_heads`` method reads; None for the others
+        self.scorer = None
+        if self.method.needs_attention == "learned_heads":
+            from .learned import resolve_scorer
+
+            self.scorer, self.method = resolve_scorer(self.method, self.model, model_dir)
         use_pask_attention(self.model)
         self.num_layers = int(model.config.num_hidden_layers)
         self.budget = self.method.budget
@@ -171,7 +177,7 @@ class Runner:
         kind = self.method.needs_attention
         if kind == "expected_heads":
             return kind, int(self.method.n_sink)
-        if kind == "kvzip_heads":
+        if kind in ("kvzip_heads", "learned_heads"):  # learned_heads: the inputs, not the scores
             return kind, 0
         return kind, window_size(self.method) if kind in ("window", "window_heads") else 0
 
@@ -190,8 +196,16 @@ class Runner:
             cache.token_ids.extend(int(t) for t in ids)
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
         pos = torch.arange(start, start + len(ids), device=device)[None]
-        out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
-                         use_cache=True, logits_to_keep=0 if every else 1)
+        if cache.stats == "learned_heads":  # the learned scorer reads each layer's attention input
+            from .learned import capture_layer_inputs, record_inputs
+
+            with capture_layer_inputs(self.model) as captured:
+                out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
+                                 use_cache=True, logits_to_keep=0 if every else 1)
+            record_inputs(cache, captured, start)
+        else:
+            out = self.model(input_ids=input_ids, position_ids=pos, cache=cache, pask_cache=cache,
+                             use_cache=True, logits_to_keep=0 if every else 1)
         return (out.logits[0] if every else out.logits[0, -1]).float().cpu()  # masks and sampling run on CPU
 
     def compress(self, cache: PrunableCache, seq_len: int, classes: Sequence[int], prompt_len: int,
@@ -496,6 +510,10 @@ def _stats(cache: PrunableCache, retained: list[np.ndarray], runner: "Runner") -
         from .kvzip import kvzip_heads
 
         return AttentionStats(kvzip_heads=kvzip_heads(runner, cache))
+    if cache.stats == "learned_heads":
+        from .learned import learned_heads
+
+        return AttentionStats(learned_heads=learned_heads(runner.scorer, cache, retained))
     if cache.stats == "window_heads":
         heads = []
         for lay, pos in zip(cache.layers, retained):

@@ -176,8 +176,36 @@ def registry():
     return make_method, sorted(METHODS)
 
 
-def build_method(name: str, budget: float, policy=None, **opts) -> KVMethod:
-    """A test-only method (:data:`TEST_METHODS`) or a registered one."""
+def build_method(name: str, budget: float, policy=None, model=None, **opts) -> KVMethod:
+    """A test-only method (:data:`TEST_METHODS`) or a registered one; ``kvzap`` given ``model``
+    reads a random scorer for it (:func:`random_scorer`) unless ``opts`` name one."""
     if name in TEST_METHODS:
         return TEST_METHODS[name](budget, **opts)
+    if name == "kvzap" and model is not None and "scorer" not in opts:
+        opts["scorer"] = random_scorer(model)
     return registry()[0](name, budget, policy=policy, **opts)
+
+
+_SCORERS: dict = {}
+
+
+def random_scorer(model, seed: int = 0) -> str:
+    """A scorer file with random weights bound to ``model`` (its config's binding), written once per
+    (model, seed) into a temporary folder; returns its path."""
+    import os
+    import tempfile
+
+    from sglang_pask.methods.learned import LearnedScorer
+    from sglang_pask.policy.binding import ModelBinding
+
+    key = (id(model), seed)
+    if key not in _SCORERS or not os.path.isfile(_SCORERS[key]):
+        cfg = model.config
+        rng = np.random.default_rng(seed)
+        L, D, H = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_key_value_heads
+        scorer = LearnedScorer(rng.normal(0, 1 / np.sqrt(D), (L, D, H)), rng.normal(-4, 1, (L, H)),
+                               ModelBinding.from_config(cfg.to_dict()), {"model_path": "random (test)"})
+        path = os.path.join(tempfile.mkdtemp(prefix="pask-scorer-"), "random.safetensors")
+        scorer.save(path)
+        _SCORERS[key] = path
+    return _SCORERS[key]

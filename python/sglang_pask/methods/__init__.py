@@ -32,6 +32,7 @@ from sglang_pask.methods.base import (
 from sglang_pask.methods.expected import ExpectedAttention
 from sglang_pask.methods.full import Full
 from sglang_pask.methods.h2o import H2O
+from sglang_pask.methods.kvzap import KVzap
 from sglang_pask.methods.kvzip import KVzip
 from sglang_pask.methods.pask import NO_POLICY, Pask
 from sglang_pask.methods.pyramidkv import PyramidKV
@@ -42,7 +43,7 @@ from sglang_pask.policy.digest import policy_hash
 
 METHODS: dict[str, type[KVMethod]] = {
     cls.name: cls for cls in (Full, Streaming, H2O, SnapKV, PyramidKV, AdaKV, ExpectedAttention, KVzip,
-                               Pask, Random)
+                               KVzap, Pask, Random)
 }
 
 
@@ -74,5 +75,6 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 __all__ = [
     "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
     "policy_hash", "split_slots",
-    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "KVzip", "Pask", "Random",
+    "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "KVzip", "KVzap", "Pask",
+    "Random",
 ]

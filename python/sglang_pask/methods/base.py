@@ -69,6 +69,10 @@ class AttentionStats:
     longer holds the position). ``kvzip_heads[l]``: float ``[kv_heads, len(view.retained[l])]``,
     the most attention each position receives from any query of its KV group while the model
     repeats the context (KVzip, :class:`~.kvzip.KVzip`; 0 where a head no longer holds it).
+    ``learned_heads[l]``: float ``[kv_heads, len(view.retained[l])]``, KVzip's score as the
+    learned scorer predicts it (:class:`~.learned.LearnedScorer`: ``exp`` of a linear map of the
+    position's attention input, captured during the forwards that wrote it; no extra forward), in
+    the units of ``kvzip_heads`` (KVzap, :class:`~.kvzap.KVzap`; 0 where a head no longer holds it).
     Entries are aligned with ``view.retained[l]``, finite and >= 0.
     """
 
@@ -78,6 +82,7 @@ class AttentionStats:
     window_heads: Optional[list[np.ndarray]] = None
     expected_heads: Optional[list[np.ndarray]] = None
     kvzip_heads: Optional[list[np.ndarray]] = None
+    learned_heads: Optional[list[np.ndarray]] = None
 
     def get(self, name: str, view: "CacheView") -> list[np.ndarray]:
         """The ``name`` field, checked against ``view`` (raises ValueError naming the problem)."""

@@ -47,43 +47,58 @@ class KVzip(ScorerMethod):
         self._check("chunk_size", isinstance(self.chunk_size, (int, np.integer)) and self.chunk_size >= 1,
                     "must be an integer >= 1")
 
-    def head_votes(self, view: CacheView, layer: int, stats) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per KV head of ``layer``: (positions it holds, their scores with the sinks at the keep
-        tier)."""
-        held = view.retained[layer]
-        heads = view.head_held(layer, stats[layer].shape[0])
-        pos = [held[own] for own in heads]
-        votes = [np.where(p + view.start < self.n_sink, KEEP + recency(p), stats[layer][h][own])
-                 for h, (p, own) in enumerate(zip(pos, heads))]
-        return pos, votes
-
     def allocation(self, view: CacheView) -> np.ndarray:
         base = super().allocation(view)  # uniform; also the b >= 1 and tails-only cases
-        held = view.held()
-        tail = np.array([view.tail_count(i) for i in range(view.num_layers)], dtype=np.int64)
-        if self.layerwise or self.budget >= 1.0 or int(base.sum()) == int(tail.sum()):
+        if self.layerwise:
             return base
-        stats = self.attention_stats(view)
-        left = int(base.sum() - tail.sum())  # positions beyond the tails, all layers
-        H = stats[0].shape[0]
-        # the global ranking: every (layer, head, position) outside the tails
-        scores, layers = [], []
-        for layer in range(view.num_layers):
-            pos, votes = self.head_votes(view, layer, stats)
-            for p, v in zip(pos, votes):
-                keep = p < view.tail_start
-                scores.append(v[keep])
-                layers.append(np.full(int(keep.sum()), layer))
-        scores, layers = np.concatenate(scores), np.concatenate(layers)
-        top = np.argsort(-scores, kind="stable")[:H * left]
-        counts = np.bincount(layers[top], minlength=view.num_layers).astype(np.float64)
-        return tail + split_slots(left, counts, held - tail)
+        return ranked_allocation(view, base, self.budget, self.attention_stats, self.n_sink)
 
     def select(self, view: CacheView) -> Selection:
-        alloc = self.allocation(view)
-        stats = self.attention_stats(view)
-        per_layer = []
-        for layer in range(view.num_layers):
-            pos, votes = self.head_votes(view, layer, stats)
-            per_layer.append(adaptive_split(view, pos, votes, int(alloc[layer]), 0))
-        return union_selection(self.name, alloc, per_layer)
+        return select_heads(self.name, view, self.allocation(view), self.attention_stats(view), self.n_sink)
+
+
+def head_votes(view: CacheView, layer: int, stats, n_sink: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per KV head of ``layer``: (positions it holds, their scores ``stats[layer][h]`` with the
+    first ``n_sink`` positions at the keep tier)."""
+    held = view.retained[layer]
+    heads = view.head_held(layer, stats[layer].shape[0])
+    pos = [held[own] for own in heads]
+    votes = [np.where(p + view.start < n_sink, KEEP + recency(p), stats[layer][h][own])
+             for h, (p, own) in enumerate(zip(pos, heads))]
+    return pos, votes
+
+
+def ranked_allocation(view: CacheView, base: np.ndarray, budget: float, get_stats, n_sink: int) -> np.ndarray:
+    """KVzip's layer budgets (``layerwise=False``): one ranking of every (layer, KV head, position)
+    outside the tails by score decides how many head-slots each layer keeps, rounded to whole
+    positions per layer (largest remainder; the total ``sum(base)`` is exact). ``base``: the
+    uniform allocation (returned as is at ``b >= 1`` or when the tails use the budget);
+    ``get_stats(view)``: the per-head scores, read only when a ranking is needed."""
+    held = view.held()
+    tail = np.array([view.tail_count(i) for i in range(view.num_layers)], dtype=np.int64)
+    if budget >= 1.0 or int(base.sum()) == int(tail.sum()):
+        return base
+    stats = get_stats(view)
+    left = int(base.sum() - tail.sum())  # positions beyond the tails, all layers
+    H = stats[0].shape[0]
+    scores, layers = [], []
+    for layer in range(view.num_layers):
+        pos, votes = head_votes(view, layer, stats, n_sink)
+        for p, v in zip(pos, votes):
+            keep = p < view.tail_start
+            scores.append(v[keep])
+            layers.append(np.full(int(keep.sum()), layer))
+    scores, layers = np.concatenate(scores), np.concatenate(layers)
+    top = np.argsort(-scores, kind="stable")[:H * left]
+    counts = np.bincount(layers[top], minlength=view.num_layers).astype(np.float64)
+    return tail + split_slots(left, counts, held - tail)
+
+
+def select_heads(name: str, view: CacheView, alloc: np.ndarray, stats, n_sink: int) -> Selection:
+    """Per layer, its ``H * alloc[layer]`` head-slots shared among the heads by score
+    (:func:`~.scorer.adaptive_split`, no safeguard), sinks first."""
+    per_layer = []
+    for layer in range(view.num_layers):
+        pos, votes = head_votes(view, layer, stats, n_sink)
+        per_layer.append(adaptive_split(view, pos, votes, int(alloc[layer]), 0))
+    return union_selection(name, alloc, per_layer)

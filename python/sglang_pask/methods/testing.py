@@ -79,6 +79,9 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
     stats.window_heads, stats.expected_heads, stats.kvzip_heads = (
         [rng.gamma(0.5, 2.0, size=(H, r.size)) * (1 if masks is None else m)
          for r, m in zip(retained, masks or [None] * L)] for _ in range(3))
+    # drawn after the others, so the views the other methods see stay as they were
+    stats.learned_heads = [np.exp(rng.normal(-4.0, 2.0, size=(H, r.size))) * (1 if masks is None else m)
+                           for r, m in zip(retained, masks or [None] * L)]
     return CacheView(L, groups, T, classes, retained, protected_tail=tail, attention=stats,
                      prompt_len=prompt_len, head_mask=masks)
 
