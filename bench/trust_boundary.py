@@ -164,7 +164,9 @@ def main() -> None:
     results = [probe(m) for m in args.modes.split(",")]
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    command = " ".join(["python", *sys.argv])
+    # the command as typed from the repository root (an --out given as an absolute path inside it too)
+    shown = [os.path.relpath(x, ROOT) if os.path.isabs(x) and x.startswith(str(ROOT) + "/") else x for x in sys.argv]
+    command = " ".join(["python", *shown])
     wall = time.time() - t0
     lines = [f"# Trust boundary probes ({commit}, {wall:.0f} s)", "", f"Command: `{command}`", ""]
     for r in results:
