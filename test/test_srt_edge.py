@@ -165,6 +165,24 @@ def test_edge_refuses_bad_ids_in_one_line():
     assert "input_ids[1] = 'x'" in edge.ids_error([1, "x"], 10)
 
 
+def test_edge_refuses_embeddings_and_logprob_fields_the_scheduler_cannot_run():
+    def obj(**kw):
+        return SimpleNamespace(**{"input_embeds": None, "kv_hints": None, "return_logprob": True,
+                                  "top_logprobs_num": 0, "logprob_start_len": -1, **kw})
+
+    ids = [1, 2, 3, 4]
+    for kw in ({}, {"top_logprobs_num": 100}, {"logprob_start_len": 0}, {"logprob_start_len": 4},
+               {"return_logprob": False, "top_logprobs_num": 10 ** 6, "logprob_start_len": -9}):
+        assert edge.after_validate_one_request(None, _manager(), obj(**kw), ids) is None, kw
+    for kw, message in (({"top_logprobs_num": 101}, "top_logprobs_num = 101 is outside 0 .. 100"),
+                        ({"logprob_start_len": -5}, "logprob_start_len = -5 is neither -1 (none) nor in 0 .. 4"),
+                        ({"logprob_start_len": 5}, "logprob_start_len = 5 is neither"),
+                        ({"input_embeds": [[0.0] * 8]}, "input_embeds are not served with --pask-policy")):
+        with pytest.raises(ValueError) as e:
+            edge.after_validate_one_request(None, _manager(), obj(**kw), ids)
+        assert str(e.value).startswith(message) and "\n" not in str(e.value), kw
+
+
 def test_edge_refuses_client_written_tags_and_passes_others():
     forged = KvHintsEnvelope(protocol_version="1", message_id="m", actions=[
         _action({"n": 3, "runs": [[999, 3]], "tracker": "qwen3_tools", "seg": 0})])

@@ -8,6 +8,13 @@ Full KV baseline, and answers as stock does).
 
   - **token ids** outside ``[0, vocab_size)`` are refused (:func:`ids_error`): stock SGLang sends
     them on, and the scheduler's embedding lookup raises ``IndexError``, which kills the server;
+  - **log-probability fields** the scheduler cannot run are refused (:func:`logprobs_error`:
+    ``top_logprobs_num`` past the vocabulary, ``logprob_start_len`` below -1 or past the prompt;
+    stock: both kill the server);
+  - **input embeddings** are refused (:data:`EMBEDS_REFUSED`): the plugin's tags, budget
+    arithmetic and shared segments are computed from token ids, and on these CPUs SGLang 0.5.23's
+    scheduler dies on them (rows of the wrong width raise in its own check; well-formed float32
+    rows meet a bfloat16 weight: measured);
   - **KV-hint actions of type** ``sglang_pask.*`` that this server did not write (its own carry
     an HMAC under a per-server key, :mod:`.request_tags`) are refused: structure tags, segment
     ends and budgets never come from a client.
@@ -23,6 +30,8 @@ from __future__ import annotations
 
 import json
 
+EMBEDS_REFUSED = ("input_embeds are not served with --pask-policy (structure tags and the KV budget are "
+                  "computed from token ids): send input_ids, text or messages")
 #: the first byte of a JSON text that is not an object (after whitespace)
 _NON_OBJECT_START = frozenset(b'["-0123456789tfn')
 _KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
@@ -45,11 +54,29 @@ def ids_error(input_ids, vocab_size: int) -> str | None:
     return None
 
 
+def logprobs_error(obj, input_ids, vocab_size: int) -> str | None:
+    """Why a request's log-probability fields cannot be run (None: they can): ``top_logprobs_num``
+    past the vocabulary (stock: the scheduler's top-k raises "selected index k out of range" and
+    the server dies), ``logprob_start_len`` neither -1 nor a prompt position (stock: below -1 kills
+    the server)."""
+    if not getattr(obj, "return_logprob", False):
+        return None
+    k = getattr(obj, "top_logprobs_num", None)
+    if isinstance(k, int) and not 0 <= k <= vocab_size:
+        return f"top_logprobs_num = {k} is outside 0 .. {vocab_size} (the model's vocabulary)"
+    start, n = getattr(obj, "logprob_start_len", None), len(input_ids or ())
+    if isinstance(start, int) and not (start == -1 or 0 <= start <= n):
+        return f"logprob_start_len = {start} is neither -1 (none) nor in 0 .. {n} (the prompt's tokens)"
+    return None
+
+
 def after_validate_one_request(result, manager=None, obj=None, input_ids=None, *args, **kwargs):
-    """Refuse (``ValueError``: HTTP 400, one line) bad ids and client-written ``sglang_pask.*``
-    actions; else the result unchanged."""
+    """Refuse (``ValueError``: HTTP 400, one line) bad ids, input embeddings and client-written
+    ``sglang_pask.*`` actions; else the result unchanged."""
+    if getattr(obj, "input_embeds", None) is not None:
+        raise ValueError(EMBEDS_REFUSED)
     vocab = getattr(getattr(manager, "model_config", None), "vocab_size", None)
-    if vocab and getattr(obj, "input_embeds", None) is None and (err := ids_error(input_ids, int(vocab))):
+    if vocab and (err := ids_error(input_ids, int(vocab)) or logprobs_error(obj, input_ids, int(vocab))):
         raise ValueError(err)
     hints = getattr(obj, "kv_hints", None)
     if hints is not None:
