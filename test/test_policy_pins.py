@@ -8,14 +8,16 @@ a file that moves takes its pin along."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 from sglang_pask.methods import make_method
-from sglang_pask.policy import load_policy
+from sglang_pask.policy import load_policy, save_policy
 from sglang_pask.policy.digest import policy_hash
 
 POLICIES = Path(__file__).resolve().parent.parent / "policies"
+OLD_FIELDS = ("attention_blend", "attention_stat", "head_split", "residual_split")
 
 #: file -> policy_hash, as computed before the residual block existed
 HASHES = {
@@ -130,3 +132,23 @@ def test_pask_record_is_what_it_was(name):
     assert [(k, policy.name if k == "policy" else v) for k, v in record.items()] == RECORDS[name]
     assert make_method(**{**record, "policy": policy}) == make_method("pask", policy=policy)
 
+
+@pytest.mark.parametrize("name", sorted(n for n in HASHES if any(k in json.loads((POLICIES / n).read_text())
+                                                                    for k in OLD_FIELDS)))
+def test_an_old_file_loads_with_one_warning_and_its_conversion_hashes_the_same(name, tmp_path, caplog, monkeypatch):
+    from sglang_pask.policy.document import ENV_WARNED
+
+    monkeypatch.delenv(ENV_WARNED, raising=False)
+    with caplog.at_level(logging.WARNING, logger="sglang_pask"):
+        policy = load_policy(POLICIES / name)
+        load_policy(POLICIES / name)  # once per file
+    lines = [r.getMessage() for r in caplog.records if "residual" in r.getMessage()]
+    assert len(lines) == 1 and name in lines[0] and '"residual": {' in lines[0]
+    save_policy(policy, tmp_path / name)
+    doc = json.loads((tmp_path / name).read_text())
+    assert "residual" in doc and not set(OLD_FIELDS) & set(doc)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sglang_pask"):
+        converted = load_policy(tmp_path / name)
+    assert not caplog.records  # the new block: nothing to say
+    assert converted == policy and policy_hash(converted) == HASHES[name]

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
+from sglang_pask.policy.residual import LEGACY
 
 if TYPE_CHECKING:
     from sglang_pask.policy.schema import Policy
@@ -25,19 +26,30 @@ class PolicyError(ValueError):
 
 logger = logging.getLogger("sglang_pask")
 #: set once an old-format warning was printed for a path, inherited by child processes (a server's
-#: scheduler loads the policy again): one warning line per path per process tree
+#: scheduler loads the policy again): one warning line per path (and kind) per process tree
 ENV_WARNED = "SGLANG_PASK_OLD_POLICY_WARNED"
 
 
-def _warn_old_format(path: str, fmt: str) -> None:
-    key = os.path.abspath(path)
+def _warn_once(path: str, kind: str, msg: str, *args) -> None:
+    key = os.path.abspath(path) + ("" if kind == "format" else f"#{kind}")
     warned = os.environ.get(ENV_WARNED, "").split(os.pathsep)
     if key in warned:
         return
     os.environ[ENV_WARNED] = os.pathsep.join([w for w in warned if w] + [key])
-    logger.warning("sglang_pask: policy file %r has format %r (no operating point): it runs at the engines' "
-                   "defaults (schedule continuous, interval 1, segment none) unless flags say otherwise; "
-                   "`pask policy upgrade FILE --schedule ...` records how it was calibrated", path, fmt)
+    logger.warning(msg, *args)
+
+
+def _warn_old_format(path: str, fmt: str) -> None:
+    _warn_once(path, "format", "sglang_pask: policy file %r has format %r (no operating point): it runs at the "
+               "engines' defaults (schedule continuous, interval 1, segment none) unless flags say otherwise; "
+               "`pask policy upgrade FILE --schedule ...` records how it was calibrated", path, fmt)
+
+
+def _warn_old_residual(path: str, policy: "Policy") -> None:
+    block = None if policy.residual is None else policy.residual.model_dump()
+    _warn_once(path, "residual", "sglang_pask: policy file %r spells its residual scorer with the old top-level "
+               "fields (attention_blend, attention_stat, head_split, residual_split): read as \"residual\": %s "
+               "(same policy hash)", path, json.dumps(block))
 
 
 def load_policy_document(path: str | os.PathLike) -> dict[str, Any]:
@@ -90,6 +102,8 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
         check_binding(policy, model_dir, what=f"policy file {path!r}")
     if policy.format in OLD_FORMATS:
         _warn_old_format(path, policy.format)
+    if any(k in doc for k in LEGACY.values()):
+        _warn_old_residual(path, policy)
     return policy
 
 
