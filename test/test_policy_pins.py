@@ -152,3 +152,13 @@ def test_an_old_file_loads_with_one_warning_and_its_conversion_hashes_the_same(n
         converted = load_policy(tmp_path / name)
     assert not caplog.records  # the new block: nothing to say
     assert converted == policy and policy_hash(converted) == HASHES[name]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_report_options_are_what_they_were(name):
+    """Report rows and labels (``pask[attention_blend=0.25]``) read a method's options from its
+    record: the old residual keywords stay options though they are no longer fields."""
+    from sglang_pask.eval.records import method_options
+
+    method = make_method("pask", policy=load_policy(POLICIES / name))
+    assert list(method_options(method).items()) == [(k, v) for k, v in RECORDS[name] if k in OLD_FIELDS]

@@ -123,6 +123,8 @@ class Pask(KVMethod):
 
     name = "pask"
     per_group = True
+    #: the scorer records as its old keywords (:meth:`record`); none: as before it existed
+    record_omits = {"residual": None}
     #: KVzip's defaults for the ``kvzip`` statistic's reconstruction (the engine reads them as it
     #: reads :class:`~.kvzip.KVzip`'s): chunk length, and the first positions every chunk sees
     chunk_size: ClassVar[int] = 2048
@@ -178,7 +180,7 @@ class Pask(KVMethod):
 
     def record(self) -> dict:
         out = super().record()
-        del out["residual"]
+        out.pop("residual", None)
         if self.residual is not None:  # the old keywords, each left out at its default
             defaults = ResidualScorer(0.0).legacy()
             out.update({k: v for k, v in self.residual.legacy().items() if v != defaults[k]})

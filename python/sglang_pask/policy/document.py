@@ -25,31 +25,28 @@ class PolicyError(ValueError):
 
 
 logger = logging.getLogger("sglang_pask")
-#: set once an old-format warning was printed for a path, inherited by child processes (a server's
-#: scheduler loads the policy again): one warning line per path (and kind) per process tree
+#: set once an old-file warning was printed for a path, inherited by child processes (a server's
+#: scheduler loads the policy again): one warning line per path per process tree
 ENV_WARNED = "SGLANG_PASK_OLD_POLICY_WARNED"
 
 
-def _warn_once(path: str, kind: str, msg: str, *args) -> None:
-    key = os.path.abspath(path) + ("" if kind == "format" else f"#{kind}")
+def _warn_old_file(path: str, doc: dict, policy: "Policy") -> None:
+    """One line for a file written by an older release (an old format, the old residual fields)."""
+    notes = []
+    if policy.format in OLD_FORMATS:
+        notes.append(f"has format {policy.format!r} (no operating point): it runs at the engines' defaults "
+                     "(schedule continuous, interval 1, segment none) unless flags say otherwise; `pask policy "
+                     "upgrade FILE --schedule ...` records how it was calibrated")
+    if any(k in doc for k in LEGACY.values()):
+        block = None if policy.residual is None else policy.residual.model_dump()
+        notes.append("spells its residual scorer with the old top-level fields (attention_blend, attention_stat, "
+                     f"head_split, residual_split): read as \"residual\": {json.dumps(block)} (same policy hash)")
+    key = os.path.abspath(path)
     warned = os.environ.get(ENV_WARNED, "").split(os.pathsep)
-    if key in warned:
+    if not notes or key in warned:
         return
     os.environ[ENV_WARNED] = os.pathsep.join([w for w in warned if w] + [key])
-    logger.warning(msg, *args)
-
-
-def _warn_old_format(path: str, fmt: str) -> None:
-    _warn_once(path, "format", "sglang_pask: policy file %r has format %r (no operating point): it runs at the "
-               "engines' defaults (schedule continuous, interval 1, segment none) unless flags say otherwise; "
-               "`pask policy upgrade FILE --schedule ...` records how it was calibrated", path, fmt)
-
-
-def _warn_old_residual(path: str, policy: "Policy") -> None:
-    block = None if policy.residual is None else policy.residual.model_dump()
-    _warn_once(path, "residual", "sglang_pask: policy file %r spells its residual scorer with the old top-level "
-               "fields (attention_blend, attention_stat, head_split, residual_split): read as \"residual\": %s "
-               "(same policy hash)", path, json.dumps(block))
+    logger.warning("sglang_pask: policy file %r %s", path, "; and ".join(notes))
 
 
 def load_policy_document(path: str | os.PathLike) -> dict[str, Any]:
@@ -100,10 +97,7 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
         raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
     if model_dir is not None:
         check_binding(policy, model_dir, what=f"policy file {path!r}")
-    if policy.format in OLD_FORMATS:
-        _warn_old_format(path, policy.format)
-    if any(k in doc for k in LEGACY.values()):
-        _warn_old_residual(path, policy)
+    _warn_old_file(path, doc, policy)
     return policy
 
 
