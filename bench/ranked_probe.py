@@ -4,7 +4,7 @@
 Each variant is the sturdier calibration's attention-informed 0.2 policy
 (``policies/pask-tiny-fc.sturdy-attn.b0.2.json``: two 2-layer groups, a recent window of 27
 tokens, floors on the names, values and query text) with some of its fields replaced: the
-residual ranked by KVzip's scores per KV head (``attention_stat: kvzip``, ``head_split``), the
+residual ranked by KVzip's scores per KV head (residual ``stat: kvzip``, ``per_head``), the
 recent window, the floors, the blend, the residual split (``share`` or ``scores``) and the layer
 groups (one per layer: the class order and floors of each 2-layer group repeated for its two
 layers, equal shares). KVzip itself runs beside them. Every variant is one ``pask sweep`` cell
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from sglang_pask.policy.residual import convert_document
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "policies/pask-tiny-fc.sturdy-attn.b0.2.json"
@@ -50,6 +52,7 @@ def variant(base: dict, name: str) -> dict:
     fields, floors, per_layer = VARIANTS[name]
     doc = json.loads(json.dumps(base))
     doc.update(fields, name=f"probe-{name}", calibration=None)
+    doc = convert_document(doc)  # the old residual fields above, as the policy's residual block
     if floors is not None:
         doc["floor"] = [{c: (1.0 if c in floors else 0.0) for c in row} for row in doc["floor"]]
     if per_layer:  # each 2-layer group's order and floors for both of its layers

@@ -513,9 +513,9 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     score = [{"TOOL_NAME": 1.0}, {"TOOL_NAME": 0.5}]
     dist = [{"0.33": 0.1}, {"0.33": 0.2}]
     pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, m, 200.0)
-    assert (pol.attention_blend, pol.attention_stat, pol.head_split) == (0.5, "kvzip", True)
+    assert (pol.residual.blend, pol.residual.stat, pol.residual.per_head) == (0.5, "kvzip", True)
     lookup = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, START, 200.0).document()
-    assert not {"attention_blend", "attention_stat", "head_split", "residual_split"} & set(lookup)
+    assert not {"residual", "attention_blend", "attention_stat", "head_split", "residual_split"} & set(lookup)
 
 
 def test_split_members_rank_the_residual_and_hold_no_shares():
@@ -538,8 +538,8 @@ def test_split_members_rank_the_residual_and_hold_no_shares():
     score = [{"TOOL_NAME": 1.0}, {"TOOL_NAME": 0.5}]
     dist = [{"0.2": 0.1}, {"0.2": 0.2}]
     pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.2, replace(m, rank="total"), 200.0)
-    assert (pol.residual_split, pol.attention_stat, pol.head_split) == ("scores", "kvzip", True)
-    assert pol.document()["residual_split"] == "scores"
+    assert (pol.residual.split, pol.residual.stat, pol.residual.per_head) == ("scores", "kvzip", True)
+    assert pol.document()["residual"]["split"] == "scores"
     start = parse_start("rank=joint, window_frac=0,blend=0.5,scorer=kvzip/heads,split=scores,top_k=1")
     assert start == Member(window_frac=0.0, top_k=1, alpha=0.0, sinks=START.sinks, rank="joint", blend=0.5,
                            scorer="kvzip/heads", split="scores")

@@ -28,6 +28,16 @@ def policy(floors: dict[str, float], shares=(0.75, 0.25), sinks=1, window=2, gro
     })
 
 
+def with_old_fields(p: Policy, **old) -> Policy:
+    """``p`` with the residual scorer that the old top-level fields ``old`` (``attention_blend``
+    ...) spell, unchecked (as ``model_copy`` sets a field)."""
+    from sglang_pask.policy.residual import from_legacy
+    from sglang_pask.policy.schema import ResidualModel
+
+    return p.model_copy(update={"residual": ResidualModel.model_construct(**from_legacy(old, p.residual and
+                                                                                        p.residual.model_dump()))})
+
+
 def schema_view(num_layers=2, groups=((0,), (1,))) -> CacheView:
     """40 tokens: TOOL_NAME 5-9, PARAM_NAME 15-19, ENUM_VALUE 25-29, each run between
     SCHEMA_PUNCT tokens (4, 10, 14, 20, 24, 30); QUERY_TEXT elsewhere."""
@@ -178,7 +188,7 @@ def test_blend_one_ranks_the_residual_by_the_pooled_window_votes():
     # no floors, no sinks, no recent window: S = floor(0.25*2*40) = 20, 10 per layer, all residual
     # but the current step (39). v = 1 for the pooled spike 9..15 (kernel 7) and the observation
     # window 38..39, 0 elsewhere; beta = 1 ignores the class order, ties go newest first (37).
-    p = policy({}, shares=(0.5, 0.5), sinks=0, window=0).model_copy(update={"attention_blend": 1.0})
+    p = with_old_fields(policy({}, shares=(0.5, 0.5), sinks=0, window=0), attention_blend=1.0)
     sel = make_method("pask", 0.25, policy=p).select(blend_view())
     for k in sel.kept:
         assert k.tolist() == [*R(9, 16), 37, 38, 39]
@@ -189,7 +199,7 @@ def test_blend_between_keeps_class_order_below_the_votes():
     # unvoted positions the class order still decides: the 5 TOOL_NAME tokens come next.
     # S = floor(0.3*2*40) = 24, 12 per layer: the 9 voted (9..15, 38, 39), then the 3 newest of
     # the unvoted TOOL_NAME tokens (5..8, rank 0), not the newer QUERY_TEXT ones.
-    p = policy({}, shares=(0.5, 0.5), sinks=0, window=0).model_copy(update={"attention_blend": 0.5})
+    p = with_old_fields(policy({}, shares=(0.5, 0.5), sinks=0, window=0), attention_blend=0.5)
     sel = make_method("pask", 0.3, policy=p).select(blend_view())
     for k in sel.kept:
         assert k.tolist() == [6, 7, 8, *R(9, 16), 38, 39]
@@ -206,7 +216,7 @@ def test_blend_zero_is_the_lookup_bit_for_bit():
 
 
 def test_blend_needs_window_statistics_and_is_refused_where_there_are_none():
-    p = policy({}).model_copy(update={"attention_blend": 0.5})
+    p = with_old_fields(policy({}), attention_blend=0.5)
     m = make_method("pask", 0.3, policy=p)
     assert m.needs_attention == "window" and m.attention_window == 32
     with pytest.raises(ValueError, match="needs attention.window"):
@@ -221,7 +231,7 @@ def test_blend_needs_window_statistics_and_is_refused_where_there_are_none():
 def test_blend_records_only_when_it_is_not_zero_everywhere(policy_blend, own):
     """A pure-lookup pask records as before the field existed; any other combination names the
     blend, and the record rebuilds an equal method over the same policy."""
-    p = policy({}).model_copy(update={"attention_blend": policy_blend})
+    p = with_old_fields(policy({}), attention_blend=policy_blend)
     m = make_method("pask", 0.3, policy=p, attention_blend=own)
     rec = m.record()
     assert ("attention_blend" in rec) == bool(policy_blend or own)
@@ -240,8 +250,8 @@ def kvzip_view(rows: list[np.ndarray]) -> CacheView:
 
 
 def ranked_policy(groups, split="scores", blend=1.0):
-    return policy({}, shares=tuple([1.0 / len(groups)] * len(groups)), sinks=0, window=0, groups=groups).model_copy(
-        update={"attention_blend": blend, "attention_stat": "kvzip", "residual_split": split})
+    p = policy({}, shares=tuple([1.0 / len(groups)] * len(groups)), sinks=0, window=0, groups=groups)
+    return with_old_fields(p, attention_blend=blend, attention_stat="kvzip", residual_split=split)
 
 
 def test_ranked_split_gives_the_residual_to_the_group_whose_scores_win():
@@ -266,7 +276,7 @@ def test_ranked_split_shares_a_groups_head_slots_by_score():
     positions (1.0) beat head 1's flat 0.5, which take the 16 left, newest first."""
     rows = np.vstack([np.zeros(40), np.full(40, 0.5)])
     rows[0, [7, 17]] = 1.0
-    p = ranked_policy(((0,),)).model_copy(update={"head_split": True})
+    p = with_old_fields(ranked_policy(((0,),)), head_split=True)
     m = make_method("pask", 0.25, policy=p)
     assert m.per_head and m.adaptive_heads
     sel = m.select(kvzip_view([rows]))
@@ -276,8 +286,12 @@ def test_ranked_split_shares_a_groups_head_slots_by_score():
 
 
 def test_ranked_split_needs_a_blend():
+    from sglang_pask.policy.residual import legacy_fields
+
+    doc = ranked_policy(((0,), (1,)), blend=0.0).document()
+    doc.update(legacy_fields(doc.pop("residual")))  # the old spelling
     with pytest.raises(ValueError, match="residual_split = 'scores' need attention_blend > 0"):
-        Policy.model_validate(ranked_policy(((0,), (1,)), blend=0.0).model_dump())
+        Policy.model_validate(doc)
     p = ranked_policy(((0,), (1,)), split="share", blend=0.0)
     with pytest.raises(ValueError, match="residual_split 'scores' ranks the residual by attention votes"):
         make_method("pask", 0.25, policy=p, residual_split="scores")

@@ -196,7 +196,7 @@ def test_attention_blend_is_left_out_at_zero_and_named_when_out_of_range(tmp_pat
     from sglang_pask.policy.digest import policy_hash
 
     plain = Policy.model_validate(doc)
-    assert plain.attention_blend == 0.0 and "attention_blend" not in plain.document()
+    assert plain.residual is None and not {"residual", "attention_blend"} & set(plain.document())
     zero = Policy.model_validate({**doc, "attention_blend": 0.0})
     assert policy_hash(zero) == policy_hash(plain)  # the pure lookup hashes as before the field
     save_policy(zero, tmp_path / "z.json")
@@ -204,7 +204,7 @@ def test_attention_blend_is_left_out_at_zero_and_named_when_out_of_range(tmp_pat
     half = Policy.model_validate({**doc, "attention_blend": 0.5})
     assert policy_hash(half) != policy_hash(plain)
     save_policy(half, tmp_path / "h.json")
-    assert load_policy(tmp_path / "h.json").attention_blend == 0.5
+    assert load_policy(tmp_path / "h.json").residual.blend == 0.5
     with pytest.raises(PolicyError, match=r"attention_blend = 1.5 is outside \[0, 1\]"):
         load_policy(write(tmp_path, {**doc, "attention_blend": 1.5}))
 
@@ -213,7 +213,7 @@ def test_the_server_serves_an_attention_informed_policy_from_window_statistics(t
     from sglang_pask.srt.serving import build_config
 
     config = build_config(write(tmp_path, {**doc, "attention_blend": 0.5}))
-    assert config.method.needs_attention == "window" and config.method.attention_blend == 0.5
+    assert config.method.needs_attention == "window" and config.method.residual.blend == 0.5
     assert build_config(write(tmp_path, doc)).method.needs_attention is None
 
 
@@ -232,5 +232,5 @@ def test_a_blend_needs_its_statistic_and_the_server_serves_each(tmp_path, doc):
     assert build_config(write(tmp_path, {**doc, "head_split": True, "attention_blend": 0.5})
                         ).method.needs_attention == "window_heads"
     p = load_policy(write(tmp_path, {**doc, "attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True}))
-    assert p.document()["attention_stat"] == "kvzip" and p.document()["head_split"] is True
+    assert p.document()["residual"]["stat"] == "kvzip" and p.document()["residual"]["per_head"] is True
     assert "attention_stat" not in load_policy(write(tmp_path, doc)).document()  # defaults stay out of files

@@ -94,7 +94,9 @@ def test_setup_follows_the_method_and_refuses_kinds_it_does_not_record():
     r = window_stats.setup(make_method("snapkv", 0.5, per_head=False))
     assert (r.kind, r.size) == ("window", make_method("snapkv", 0.5).window)
     assert window_stats.setup(make_method("h2o", 0.5)).kind == "accumulated"
-    pol = random_policy(0, [[0, 1], [2]], 0.33).model_copy(update={"attention_blend": 0.5})
+    from sglang_pask.policy.schema import ResidualModel
+
+    pol = random_policy(0, [[0, 1], [2]], 0.33).model_copy(update={"residual": ResidualModel(blend=0.5)})
     assert window_stats.setup(make_method("pask", 0.33, policy=pol)).size == 32  # its attention_window
     r = window_stats.setup(make_method("snapkv", 0.5, per_head=True), kv_heads=HKV)
     assert (r.kind, r.kv_heads) == ("window_heads", HKV)

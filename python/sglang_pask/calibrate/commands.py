@@ -54,7 +54,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "either way (default accuracy)")
     p.add_argument("--attention-blend", action="store_true",
                    help="search the attention-informed family too: the residual's order inside a group "
-                        "blended with SnapKV's window votes (policy field attention_blend, tried at 0, "
+                        "blended with attention votes (the policy's residual block, its blend tried at 0, "
                         "0.25, 0.5, 0.75, 1, after the other axes). Such policies run on the reference "
                         "runner and on the server's torch backend (the server records the window's attention)")
     p.add_argument("--search-start", default="", metavar="FIELD=V[,FIELD=V...]",

@@ -28,13 +28,13 @@ Rule (DESIGN.md §4, §5), per layer group ``g``:
   neighbours still hold it (on the real model the names scored ~0 in groups 0-1), so no order built
   from S floors them there; dropping them from three groups at once is what made the real model
   call ``get_weather {}``. Pinning is a searched member like the others, never forced.
-* ``scorer`` and ``blend`` (only in :data:`BLEND_AXES`): the policy's ``attention_stat`` /
-  ``head_split`` (:data:`SCORERS`) and ``attention_blend`` (0: the pure class-priority lookup,
+* ``scorer`` and ``blend`` (only in :data:`BLEND_AXES`): the policy's ``residual`` block, its
+  ``stat`` / ``per_head`` (:data:`SCORERS`) and ``blend`` (0: no block, the pure class-priority lookup,
   what the radix segment runs; > 0 blends attention votes into the residual's order: SnapKV's
   window votes, which the server's torch backend records, or KVzip's reconstruction scores, per
   group or per KV head, reference runner only). Visited last, so the attention-informed search
   scores every member the pure one does first, and keeps the lookup unless a blend beats it;
-* ``split`` (only in :data:`BLEND_AXES`): the policy's ``residual_split`` -- ``share`` (by
+* ``split`` (only in :data:`BLEND_AXES`): the policy's ``residual.split`` -- ``share`` (by
   ``residual_share``) or ``scores`` (one ranking of every group's and KV head's residual by the
   blended score, :class:`~sglang_pask.methods.pask.Pask` step 7). A ranked member reads no
   ``residual_share`` (except when no group has a candidate), so its ``alpha`` and ``tilt`` are held
@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sglang_pask.calibrate.distortion import budget_key
+from sglang_pask.policy import residual as residual_rule
 from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
@@ -74,10 +75,10 @@ class Member:
     tilt: float = 0.0
     rank: str = "total"
     pin: str = ""  # a key of PINS
-    blend: float = 0.0  # the policy's attention_blend
+    blend: float = 0.0  # the policy's residual.blend (0: no residual scorer)
     floor: float = 1.0  # the floor of the top_k classes (pins are always floored at 1)
     scorer: str = "window"  # a key of SCORERS: the statistic a blend reads, and whether per KV head
-    split: str = "share"  # one of SPLITS: the policy's residual_split
+    split: str = "share"  # one of SPLITS: the policy's residual.split
 
     def __post_init__(self):
         if self.pin not in PINS:
@@ -115,15 +116,15 @@ PINS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: a member's ``scorer`` -> the policy's (attention_stat, head_split): SnapKV's window votes or
+#: a member's ``scorer`` -> the policy's residual (stat, per_head): SnapKV's window votes or
 #: KVzip's reconstruction scores, one set per group or per KV head
 SCORERS: dict[str, tuple[str, bool]] = {"window": ("window", False), "window/heads": ("window", True),
                                         "kvzip": ("kvzip", False), "kvzip/heads": ("kvzip", True)}
 #: the blend a member that names a scorer other than ``window`` gets when it has none (so the
 #: scorer axis, visited at blend 0, tries every statistic; the blend axis then tunes it)
 SCORER_BLEND = 0.5
-#: a member's ``split`` values (the policy's ``residual_split``)
-SPLITS = ("share", "scores")
+#: a member's ``split`` values (the policy's ``residual.split``)
+SPLITS = residual_rule.SPLITS
 
 
 #: the values the coordinate search tries per field, in the order the fields are visited
@@ -241,10 +242,8 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
-        "attention_blend": member.blend,
-        "attention_stat": SCORERS[member.scorer][0],
-        "head_split": SCORERS[member.scorer][1],
-        "residual_split": member.split,
+        "residual": {"blend": member.blend, "stat": SCORERS[member.scorer][0], "per_head": SCORERS[member.scorer][1],
+                     "split": member.split} if member.blend else None,
         "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })

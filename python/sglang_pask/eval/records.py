@@ -24,6 +24,7 @@ import json
 import os
 from typing import Any
 
+from sglang_pask.methods import KVMethod, options_of
 from sglang_pask.methods.options import parse_method_spec, parse_option, parse_value
 
 __all__ = ["run_config", "parse_value", "parse_option", "parse_method_spec", "method_spec", "method_record",
@@ -95,6 +96,10 @@ def record_options(cls: type, rec: dict) -> dict:
                            None)
         if default is dataclasses.MISSING or _json(default) != rec[f.name]:
             out[f.name] = rec[f.name]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for name in options_of(cls) if issubclass(cls, KVMethod) else ():  # keywords that are no field
+        if name not in fields and name not in NOT_OPTIONS and name in rec:  # (pask's old residual ones)
+            out[name] = rec[name]
     return out
 
 

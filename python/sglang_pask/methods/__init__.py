@@ -34,9 +34,10 @@ from sglang_pask.methods.full import Full
 from sglang_pask.methods.h2o import H2O
 from sglang_pask.methods.kvzap import KVzap
 from sglang_pask.methods.kvzip import KVzip
-from sglang_pask.methods.pask import NO_POLICY, Pask
+from sglang_pask.methods.pask import NO_POLICY, OLD_OPTIONS, Pask
 from sglang_pask.methods.pyramidkv import PyramidKV
 from sglang_pask.methods.random import Random
+from sglang_pask.methods.residual import ResidualScorer
 from sglang_pask.methods.snapkv import SnapKV
 from sglang_pask.methods.streaming import Streaming
 from sglang_pask.policy.digest import policy_hash
@@ -47,14 +48,23 @@ METHODS: dict[str, type[KVMethod]] = {
 }
 
 
+def options_of(cls: type[KVMethod]) -> list[str]:
+    """The keyword options :func:`make_method` takes for ``cls`` besides ``budget`` and ``policy``:
+    its fields, and for ``pask`` also the old keywords of its residual scorer (its record writes
+    them)."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("budget", "policy")]
+    return names + list(OLD_OPTIONS) if cls is Pask else names
+
+
 def make_method(name: str, budget: Optional[float] = None, policy=None, **options) -> KVMethod:
     """The method ``name`` at budget ``budget`` (``full``: 1.0; ``pask``: default the policy's).
     ``policy`` is for ``pask`` only; ``options`` are the class's other fields (``schedule``,
-    ``interval``, the method's own; unknown ones raise TypeError)."""
+    ``interval``, the method's own; unknown ones raise TypeError), for ``pask`` also the old
+    keywords of its residual scorer (``attention_blend`` ..., :meth:`Pask.with_options`)."""
     if name not in METHODS:
         raise ValueError(f"unknown KV method {name!r} (choices: {', '.join(METHODS)})")
     cls = METHODS[name]
-    fields = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("budget", "policy")]
+    fields = options_of(cls)
     unknown = sorted(set(options) - set(fields))
     if unknown:
         raise TypeError(f"method {name!r} has no option {', '.join(map(repr, unknown))} "
@@ -62,7 +72,7 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
     if cls is Pask:
         if policy is None:
             raise ValueError(NO_POLICY)
-        return Pask(budget, policy=policy, **options)
+        return Pask.with_options(budget, policy, **options)
     if policy is not None:
         raise ValueError(f"method {name!r} takes no policy (only 'pask' does)")
     if budget is None:
@@ -73,8 +83,8 @@ def make_method(name: str, budget: Optional[float] = None, policy=None, **option
 
 
 __all__ = [
-    "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method",
+    "METHODS", "SCHEDULES", "AttentionStats", "CacheView", "KVMethod", "Selection", "make_method", "options_of",
     "policy_hash", "split_slots",
     "Full", "Streaming", "H2O", "SnapKV", "PyramidKV", "AdaKV", "ExpectedAttention", "KVzip", "KVzap", "Pask",
-    "Random",
+    "Random", "ResidualScorer",
 ]

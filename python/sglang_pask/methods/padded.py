@@ -83,6 +83,17 @@ class PaddedBatch:
         """int64 ``[R]``: the first position of each request's current step."""
         return self.seq_lens - self.protected_tail
 
+    @classmethod
+    def from_view(cls, view: CacheView) -> "PaddedBatch":
+        """``view`` as a one-row batch (its positions, classes and start; no attention statistics,
+        no per-head masks: the layers' retained positions are what a row holds)."""
+        held = np.zeros((view.num_layers, 1, view.seq_len), dtype=bool)
+        for layer, r in enumerate(view.retained):
+            held[layer, 0, r] = True
+        return cls(num_layers=view.num_layers, groups=view.groups, seq_lens=np.array([view.seq_len]),
+                   classes=view.classes[None], held=held, prompt_lens=np.array([view.prompt_len]),
+                   protected_tail=view.protected_tail, starts=np.array([view.start]))
+
     def view(self, r: int):
         """Request ``r`` as a :class:`~sglang_pask.methods.base.CacheView` (the reference)."""
         n = int(self.seq_lens[r])

@@ -12,6 +12,19 @@ from sglang_pask.methods.scorer import KEEP, ScorerMethod, avg_pool, max_pool, p
 POOLINGS = ("max", "avg")
 
 
+def observation_votes(view: CacheView, held: np.ndarray, stats: np.ndarray, kernel: int, pool=max_pool
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """SnapKV's votes before ranking: (pooled float ``[m]``, observed bool ``[m]``) for positions
+    ``held`` (int64 sorted ``[m]``) with window attention ``stats`` ``[m]``: the observation window
+    (the last ``view.attention.window_size`` positions) is ``observed`` (0 in ``pooled``); the
+    prefix before it is pooled (``pool``, ``kernel``). :class:`SnapKV` and PASK's residual scorer
+    (:mod:`.residual`) both read the window this way."""
+    observed = held >= view.seq_len - view.attention.window_size
+    out = np.zeros(held.size)
+    out[~observed] = pool(stats[~observed], kernel)
+    return out, observed
+
+
 @dataclass(frozen=True)
 class SnapKV(ScorerMethod):
     """Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"
@@ -58,11 +71,9 @@ class SnapKV(ScorerMethod):
     def votes(self, view: CacheView, held: np.ndarray, stats: np.ndarray) -> np.ndarray:
         """float ``[m]`` scores for positions ``held`` (int64 sorted) with window attention
         ``stats`` ``[m]``: the window itself at KEEP (newest first), the prefix pooled."""
-        observed = held >= view.seq_len - view.attention.window_size
-        pool = max_pool if self.pooling == "max" else avg_pool
-        out = KEEP + recency(held)
-        out[~observed] = pool(stats[~observed], self.kernel_size)
-        return out
+        pooled, observed = observation_votes(view, held, stats, self.kernel_size,
+                                             max_pool if self.pooling == "max" else avg_pool)
+        return np.where(observed, KEEP + recency(held), pooled)
 
     def score(self, view: CacheView, layer: int, n: int, stats) -> np.ndarray:
         return self.votes(view, view.retained[layer], stats[layer])

@@ -89,10 +89,11 @@ def random_view(seed: int, num_layers: Optional[int] = None, seq_len: Optional[i
 KV_HEADS = 2
 
 #: the options that change a method's rule, each with the value its test variant uses (the
-#: invariant matrices run every registered method as is and once per option it has)
+#: invariant matrices run every registered method as is and once per option it has; PASK's
+#: residual scorer by the keywords its record writes, :func:`~sglang_pask.methods.options_of`)
 RULE_OPTIONS = {"per_head": True, "normalize": True, "attention_blend": 0.5}
 #: options that act only together with another (PASK's statistic and head split, read only with a
-#: blend): each dict is one more variant of every method that has all its fields
+#: blend): each dict is one more variant of every method that takes all of them
 JOINT_OPTIONS = ({"attention_blend": 0.5, "head_split": True},
                  {"attention_blend": 0.5, "attention_stat": "kvzip"},
                  {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True},
@@ -101,11 +102,11 @@ JOINT_OPTIONS = ({"attention_blend": 0.5, "head_split": True},
 
 
 def option_variants(cls) -> list[dict]:
-    """``[{}]`` plus one ``{option: value}`` per :data:`RULE_OPTIONS` entry that ``cls`` has, plus
-    each :data:`JOINT_OPTIONS` set it has every field of."""
-    import dataclasses
+    """``[{}]`` plus one ``{option: value}`` per :data:`RULE_OPTIONS` entry that ``cls`` takes, plus
+    each :data:`JOINT_OPTIONS` set it takes every option of."""
+    from sglang_pask.methods import options_of
 
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = set(options_of(cls))
     return ([{}] + [{k: v} for k, v in RULE_OPTIONS.items() if k in names]
             + [dict(o) for o in JOINT_OPTIONS if set(o) <= names])
 

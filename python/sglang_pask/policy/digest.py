@@ -6,15 +6,25 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
+from sglang_pask.policy.residual import legacy_fields
+
 if TYPE_CHECKING:
     from sglang_pask.policy.schema import Policy
 
 
 def canonical_json(policy: "Policy") -> str:
     """The policy as JSON with sorted keys, no whitespace, UTF-8 text: equal policies (same
-    field values, whatever file layout they were read from) give the same string."""
-    return json.dumps(policy.document(), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False)
+    field values, whatever file layout they were read from) give the same string.
+
+    The ``residual`` block is hashed in its old spelling, the top-level fields
+    ``attention_blend`` / ``attention_stat`` / ``head_split`` / ``residual_split`` each left out at
+    its default (:func:`~.residual.legacy_fields`): a file written before the block existed and
+    its conversion give the same string, and so the same :func:`policy_hash`, which run records
+    and report rows key on. A new field that changes what a policy does must be added to the
+    string; one that is left out at its default keeps every older policy's hash."""
+    doc = policy.document()
+    doc.update(legacy_fields(doc.pop("residual", None)))
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def policy_hash(policy: "Policy") -> str:

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
+from sglang_pask.policy.residual import LEGACY
 
 if TYPE_CHECKING:
     from sglang_pask.policy.schema import Policy
@@ -24,20 +25,28 @@ class PolicyError(ValueError):
 
 
 logger = logging.getLogger("sglang_pask")
-#: set once an old-format warning was printed for a path, inherited by child processes (a server's
+#: set once an old-file warning was printed for a path, inherited by child processes (a server's
 #: scheduler loads the policy again): one warning line per path per process tree
 ENV_WARNED = "SGLANG_PASK_OLD_POLICY_WARNED"
 
 
-def _warn_old_format(path: str, fmt: str) -> None:
+def _warn_old_file(path: str, doc: dict, policy: "Policy") -> None:
+    """One line for a file written by an older release (an old format, the old residual fields)."""
+    notes = []
+    if policy.format in OLD_FORMATS:
+        notes.append(f"has format {policy.format!r} (no operating point): it runs at the engines' defaults "
+                     "(schedule continuous, interval 1, segment none) unless flags say otherwise; `pask policy "
+                     "upgrade FILE --schedule ...` records how it was calibrated")
+    if any(k in doc for k in LEGACY.values()):
+        block = None if policy.residual is None else policy.residual.model_dump()
+        notes.append("spells its residual scorer with the old top-level fields (attention_blend, attention_stat, "
+                     f"head_split, residual_split): read as \"residual\": {json.dumps(block)} (same policy hash)")
     key = os.path.abspath(path)
     warned = os.environ.get(ENV_WARNED, "").split(os.pathsep)
-    if key in warned:
+    if not notes or key in warned:
         return
     os.environ[ENV_WARNED] = os.pathsep.join([w for w in warned if w] + [key])
-    logger.warning("sglang_pask: policy file %r has format %r (no operating point): it runs at the engines' "
-                   "defaults (schedule continuous, interval 1, segment none) unless flags say otherwise; "
-                   "`pask policy upgrade FILE --schedule ...` records how it was calibrated", path, fmt)
+    logger.warning("sglang_pask: policy file %r %s", path, "; and ".join(notes))
 
 
 def load_policy_document(path: str | os.PathLike) -> dict[str, Any]:
@@ -88,8 +97,7 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
         raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
     if model_dir is not None:
         check_binding(policy, model_dir, what=f"policy file {path!r}")
-    if policy.format in OLD_FORMATS:
-        _warn_old_format(path, policy.format)
+    _warn_old_file(path, doc, policy)
     return policy
 
 

@@ -11,16 +11,17 @@ names)::
      "floor": [{"TOOL_NAME": 1.0, ...}, ...],    # per group: share of a class that must persist
      "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
      "sinks": 4, "recent_window": 16, "budget": 0.33,
-     "attention_blend": 0.5,                     # optional (absent = 0): see Policy.attention_blend
-     "attention_stat": "kvzip",                  # optional (absent = "window"), with a blend
-     "head_split": true,                         # optional (absent = false), with a blend
-     "residual_split": "scores",                 # optional (absent = "share"), with a blend
+     "residual": {"blend": 0.5, "stat": "kvzip", # optional (absent: the pure lookup): the
+                  "per_head": true, "split": "scores"},  # residual scorer, see .residual
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
 
-Unknown keys are refused everywhere; a floor missing from a group's dict is 0. Every check raises
-one message naming the field, e.g. ``floor[2]["TOOL_NAME"] = 1.5 is outside [0, 1]``.
+Unknown keys are refused everywhere; a floor missing from a group's dict is 0. A document that
+spells the residual scorer with the four old top-level fields (``attention_blend``,
+``attention_stat``, ``head_split``, ``residual_split``) is read as its ``residual`` block
+(:func:`~.residual.convert_document`; :func:`~.document.load_policy` says so once per file).
+Every check raises one message naming the field, e.g. ``floor[2]["TOOL_NAME"] = 1.5 is outside [0, 1]``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from sglang_pask.policy import residual as residual_rule
 from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
 from sglang_pask.policy.operating_point import OperatingPoint, OperatingPointError
@@ -76,6 +78,18 @@ class OperatingPointModel(BaseModel):
     segment: SegmentRuleModel = SegmentRuleModel()
 
 
+class ResidualModel(BaseModel):
+    """The file form of the residual scorer (checked by :func:`.residual.check`; in a file the
+    blend is > 0: the pure lookup leaves the block out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    blend: float
+    stat: str = "window"
+    per_head: bool = False
+    split: str = "share"
+
+
 class Policy(BaseModel):
     """A compiled per-model persistence table. Construct with :meth:`Policy.model_validate` (or
     :func:`~sglang_pask.policy.load_policy`); invalid values raise ``ValueError`` naming the field."""
@@ -94,26 +108,17 @@ class Policy(BaseModel):
     sinks: int
     recent_window: int
     budget: float
-    #: the residual's order inside a group: 0 (the default, left out of the file and of the hash)
-    #: is the pure class-priority lookup; ``beta`` in (0, 1] blends it with SnapKV's observation-
-    #: window votes at the compression point (:class:`~sglang_pask.methods.pask.Pask`), which needs
-    #: attention statistics (the reference runner has them; the server refuses such a policy)
-    attention_blend: float = 0.0
-    #: with a blend, the statistic it blends: ``window`` (the default, left out of the file and the
-    #: hash: SnapKV's observation-window votes) or ``kvzip`` (KVzip's context-reconstruction scores,
-    #: query-agnostic; one extra forward of the context per compression)
-    attention_stat: Literal["window", "kvzip"] = "window"
-    #: with a blend, True: one kept set per KV head inside a group (each head's residual by its own
-    #: votes; the default False is left out of the file and the hash)
-    head_split: bool = False
-    #: with a blend, how the residual is split across groups: ``share`` (the default, left out of
-    #: the file and the hash: by ``residual_share``) or ``scores`` (one ranking of every group's and
-    #: KV head's residual candidates by the blended score decides each group's part, KVzip/AdaKV
-    #: style; :class:`~sglang_pask.methods.pask.Pask`, step 7)
-    residual_split: Literal["share", "scores"] = "share"
+    #: the residual scorer (None: the pure class-priority lookup, which needs no attention
+    #: statistics): :mod:`.residual`, :class:`~sglang_pask.methods.pask.Pask`
+    residual: Optional[ResidualModel] = None
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _convert(cls, data):
+        return residual_rule.convert_document(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _check(self) -> "Policy":
@@ -125,15 +130,11 @@ class Policy(BaseModel):
         return self
 
     def document(self) -> dict:
-        """The file form (JSON types): :meth:`model_dump` without ``attention_blend``,
-        ``attention_stat``, ``head_split`` and ``residual_split`` at their defaults (0, window,
-        False, share), so the policies written before a field existed read, write and hash as
-        before."""
+        """The file form (JSON types): :meth:`model_dump` without ``residual`` when there is none
+        (the pure lookup), so the policies written before it existed read and write as before."""
         doc = self.model_dump(mode="json")
-        for key, default in (("attention_blend", 0.0), ("attention_stat", "window"), ("head_split", False),
-                             ("residual_split", "share")):
-            if doc[key] == default:
-                del doc[key]
+        if doc["residual"] is None:
+            del doc["residual"]
         return doc
 
     # ---- lookups used by the pask method (class axis: StructClass ints) ----
@@ -215,11 +216,15 @@ def _problems(p: Policy):
         yield f"recent_window = {p.recent_window} is negative"
     if not (0.0 < p.budget <= 1.0):
         yield f"budget = {p.budget} is outside (0, 1]"
-    if not (0.0 <= p.attention_blend <= 1.0):  # NaN fails too
-        yield f"attention_blend = {p.attention_blend} is outside [0, 1]"
-    if not p.attention_blend and (p.attention_stat != "window" or p.head_split or p.residual_split != "share"):
-        yield (f"attention_stat = {p.attention_stat!r} / head_split = {p.head_split} / residual_split = "
-               f"{p.residual_split!r} need attention_blend > 0 (the pure lookup reads no statistic)")
+    if p.residual is not None:
+        r = p.residual
+        if not r.blend > 0:  # NaN fails too
+            yield (f"residual.blend = {r.blend}: a residual block needs a blend > 0 (leave the block "
+                   "out for the pure lookup)")
+        try:
+            residual_rule.check(r.blend, r.stat, r.per_head, r.split)
+        except residual_rule.ResidualError as e:
+            yield e.named({k: f"residual.{k}" for k in residual_rule.DEFAULTS})
     if p.format in OLD_FORMATS and p.operating_point is not None:
         yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
     if p.operating_point is not None:

@@ -1,6 +1,6 @@
 """Per-KV-head selections in the server: which of a request's held positions each KV head still
 reads, after a method that selects per KV head compressed it (SnapKV and PyramidKV with
-``per_head``, AdaKV, PASK with ``head_split``: :attr:`~sglang_pask.methods.base.Selection.head_mask`).
+``per_head``, AdaKV, PASK whose residual scorer is ``per_head``: :attr:`~sglang_pask.methods.base.Selection.head_mask`).
 
 A unit's pool slot holds every KV head's K and V, so a unit holds the union of its heads' sets;
 each head reads only its own, as the reference runner's ``head_mask`` (``hf/cache.py``): query

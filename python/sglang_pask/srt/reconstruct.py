@@ -1,7 +1,7 @@
 """KVzip's scores in the server: the context-reconstruction forward, through SGLang's own model.
 
-For the methods whose ``needs_attention`` is ``"kvzip_heads"`` (KVzip; PASK with
-``attention_stat = "kvzip"``), :func:`kvzip_heads` runs, when a request is compressed, the same
+For the methods whose ``needs_attention`` is ``"kvzip_heads"`` (KVzip; PASK whose
+residual scorer reads ``stat = "kvzip"``), :func:`kvzip_heads` runs, when a request is compressed, the same
 scoring forwards as the reference runner (``hf/kvzip.py``, :func:`~sglang_pask.hf.kvzip.reconstruction_chunks`):
 per chunk ``[a, b)`` of the context (the request's ``T`` written tokens), the repeat request, the
 chat template's turn change and the chunk teacher-forced, at positions ``T ..``. Each runs as one

@@ -8,7 +8,7 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
   statistics (``pask``, ``streaming``, ``random``, ``full``) or only those the torch backend records
   (:mod:`.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
-  ``attention_blend > 0`` read the observation window, H2O the accumulated attention; a per-head
+  a residual scorer read the observation window, H2O the accumulated attention; a per-head
   selection is applied by :mod:`.head_masks`) or KVzip's reconstruction scores (:mod:`.reconstruct`:
   KVzip, and PASK whose residual reads them); Expected Attention needs statistics the server does
   not record (expected queries) and is refused by name.
@@ -173,8 +173,8 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
         from sglang_pask.srt.window_stats import SERVED_KINDS  # torch: only here, as server_methods
 
         if kv.needs_attention not in (None, *SERVED_KINDS):
-            raise ValueError(f"--pask-policy {policy_path}: its residual blends attention_stat "
-                             f"{kv.attention_stat!r}{' per KV head (head_split)' if kv.head_split else ''}, "
+            raise ValueError(f"--pask-policy {policy_path}: its residual scorer blends the statistic "
+                             f"{kv.residual.stat!r}{' per KV head (per_head)' if kv.residual.per_head else ''}, "
                              f"which reads attention statistics ({kv.needs_attention}) that the server does "
                              f"not record (it records {', '.join(SERVED_KINDS)}); use `pask eval --backend hf` "
                              "for this policy")

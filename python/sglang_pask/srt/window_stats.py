@@ -1,7 +1,7 @@
 """Attention statistics in the server, as the reference runner records them
 (``hf/attention.py`` ``_record``), for the methods whose ``needs_attention`` is ``"window"``
-(SnapKV and PyramidKV per layer, PASK with ``attention_blend > 0``), ``"window_heads"`` (SnapKV
-and PyramidKV per KV head, AdaKV, PASK with ``head_split``) or ``"accumulated"`` (H2O).
+(SnapKV and PyramidKV per layer, PASK with a ``window`` residual scorer), ``"window_heads"`` (SnapKV
+and PyramidKV per KV head, AdaKV, PASK's ``per_head`` scorer) or ``"accumulated"`` (H2O).
 
 The torch attention backend (:mod:`.attention`) hands every forward's queries to
 :meth:`Recorder.record` (extend and decode alike); :mod:`.persist` reads a request's statistics
