@@ -44,9 +44,9 @@ RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
 #: use ``rendering``). ``srt`` (the SGLang plugin) is imported by nothing; the launcher starts
 #: SGLang, which loads ``srt`` as a plugin, so ``launch_server`` sits above it.
 LAYERS: list[tuple[str, ...]] = [
-    # version + lazy API names, path checks, the CPU shim, process conventions, the model-family
-    # table (standard library only)
-    ("sglang_pask", "paths", "cpu_shim", "process", "model_families"),
+    # version + lazy API names, path checks, the CPU shim, process conventions (standard library only)
+    ("sglang_pask", "paths", "cpu_shim", "process"),
+    ("model_families",),  # the model-family table (its refusals word a bad path as `paths` does)
     ("ops",),  # csrc's compiled operators and their torch reference (numpy + torch only)
     ("structure",),  # structural classes, taggers, trackers, request validation
     ("rendering",),  # the one rendering path (SGLang's view of a request + the tagger)
