@@ -155,6 +155,28 @@ class LearnedScorer:
         return scorer
 
 
+def bind_scorer(method, have: ModelBinding, model_name: str, option: str = "the method option scorer=FILE"):
+    """The scorer ``method`` (a ``learned_heads`` method: fields ``scorer``, ``scorer_sha256``)
+    reads, checked against the served model ``have`` (named ``model_name`` in errors), and the
+    method with ``scorer_sha256`` filled in (what every run records). ``option``: how the user
+    names the file (the runner's method option, the server's flag), for the error when none is
+    given. Raises :class:`ScorerError` (one line). There is no default file: a scorer is bound
+    to one model."""
+    import dataclasses
+
+    path = method.scorer
+    if not path:
+        raise ScorerError(f"{method.name} needs a scorer file: pass {option} "
+                          "(e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` writes one)")
+    if not os.path.isfile(path):
+        raise ScorerError(f"{method.name}: no scorer file {path!r} (fit one with `pask fit-scorer`)")
+    scorer = LearnedScorer.load(path, have, model_name)
+    sha = scorer_sha256(path)
+    if method.scorer_sha256 and method.scorer_sha256 != sha:
+        raise ScorerError(f"scorer file {path!r} has sha256 {sha}, the method pins {method.scorer_sha256}")
+    return scorer, dataclasses.replace(method, scorer_sha256=sha)
+
+
 def ridge(x: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, dict]:
     """Ridge regression of ``y`` ``[n, H]`` on standardised ``x`` ``[n, D]`` plus a bias, penalty
     ``lam * n * |w|^2`` on the standardised weights (the bias is not penalised). Returns the
