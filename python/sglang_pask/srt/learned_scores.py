@@ -148,6 +148,10 @@ def after_init_backends(_result, runner) -> None:
     config = active_config()
     if not isinstance(pool, PaskKVPool) or config is None or config.scorer is None:
         return
+    if pool.head_num != config.scorer.kv_heads:  # tensor parallelism: this rank holds a share of the heads
+        raise RuntimeError(f"sglang_pask: {config.method.name}: the scorer predicts {config.scorer.kv_heads} KV "
+                           f"heads, this rank's pool holds {pool.head_num} (tensor parallelism is not supported "
+                           "for the learned scorer)")
     if pool.learned_scores is None:
         pool.learned_scores = LearnedScores(config.scorer, pool.mapping.shape[1],
                                             decode=config.method.schedule != "prefill")
