@@ -1,7 +1,7 @@
 """Which positions a parity mismatch is made of: for the named entries, one server (radix cache
 off) and the reference runner at the same method, budget and schedule; per compression and unit,
-the positions only the server kept and only the runner kept (bench/server_parity.py counts the
-mismatches; this names them).
+the positions only the server kept and only the runner kept (``(head, position)`` for a per-KV-head
+method; bench/server_parity.py counts the mismatches; this names them).
 
     .venv/bin/python bench/parity_kept_diff.py --method snapkv --budget 0.33 --schedule prefill \
         --ids synthetic_parallel_multiple_eval_3,synthetic_parallel_eval_14
@@ -18,6 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_parity import openai_kwargs, reference_runner, server_side  # noqa: E402
 
 
+def _entries(kept: list) -> set:
+    """A unit's kept positions, or ``(head, position)`` pairs for a per-KV-head method's sets."""
+    if kept and isinstance(kept[0], list):
+        return {(h, p) for h, positions in enumerate(kept) for p in positions}
+    return set(kept)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
@@ -28,6 +35,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", default="synthetic:eval:100:tiny")
     p.add_argument("--ids", required=True, help="comma-separated entry ids")
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--interval", type=int, default=1)
+    p.add_argument("--scorer", default=None, help="the learned scorer file of a method that reads one (kvzap)")
     a = p.parse_args(argv)
     from sglang_pask.eval.data import load_spec
     from sglang_pask.eval.harness import Settings, build_request
@@ -41,16 +50,16 @@ def main(argv=None) -> int:
     settings = Settings(max_tokens=a.max_tokens, tool_choice="required")
     bodies = [runner_body(build_request(e, settings)[0]) for e in entries]
     with tempfile.TemporaryDirectory(prefix="pask-kept-diff-") as d:
-        served = server_side(a.model, a.policy, a.budget, a.schedule, 1, [openai_kwargs(b) for b in bodies],
-                             a.max_tokens, a.method, d, "off")
-    runner, units = reference_runner(a.model, a.policy, a.method, a.budget, a.schedule, 1, "off")
+        served, _cost = server_side(a.model, a.policy, a.budget, a.schedule, a.interval,
+                                    [openai_kwargs(b) for b in bodies], a.max_tokens, a.method, d, "off", a.scorer)
+    runner, units = reference_runner(a.model, a.policy, a.method, a.budget, a.schedule, a.interval, "off", a.scorer)
     for e, body in zip(entries, bodies):
         ref = runner_trace(runner, body, units, a.max_tokens)
         got = served[tuple(ref["prompt_ids"])]
         print(f"{e.id}: tokens {'identical' if got['output_ids'] == ref['output_ids'] else 'differ'}")
         for (step, seq_len, s_kept), (_, _, r_kept) in zip(got["compressions"], ref["compressions"]):
             for u in s_kept:
-                s, r = set(s_kept[u]), set(r_kept[u])
+                s, r = _entries(s_kept[u]), _entries(r_kept[u])
                 if s != r:
                     print(f"  step {step} (seq_len {seq_len}) unit {u}: kept {len(s)} / {len(r)}; "
                           f"server only {sorted(s - r)}, runner only {sorted(r - s)}")

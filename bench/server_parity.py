@@ -19,6 +19,12 @@ with no compression at all.
     .venv/bin/python bench/server_parity.py --radix on --data synthetic:eval:100:tiny:group=10 \
         --budgets 0.33 --out bench/results/pask-tiny-fc-server-parity-radix-n100
 
+A method that reads a learned scorer (``kvzap``) takes its file from ``--scorer`` (the server's
+``--pask-scorer``, the runner's ``scorer=`` option)::
+
+    .venv/bin/python bench/server_parity.py --method kvzap --scorer policies/pask-tiny-fc.kvzap.safetensors \
+        --budgets 0.33 --schedule prefill --no-full --out bench/results/pask-tiny-fc-server-parity-kvzap-n100
+
 Writes ``report.md``, ``results.json`` (per budget: summary and per-request rows) and
 ``meta.json`` (command, commit, date, wall times) into ``--out``.
 """
@@ -32,6 +38,7 @@ import platform
 import sys
 import tempfile
 import time
+import urllib.request
 
 import openai
 from sglang_pask.calibrate.pipeline import code_version
@@ -44,11 +51,12 @@ from sglang_pask.testing import running_server
 from tqdm import tqdm
 
 
-def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir, radix):
+def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, method, workdir, radix, scorer=None):
     kept, tags = os.path.join(workdir, "kept"), os.path.join(workdir, "tags")
     args = ["--pask-policy", policy, "--pask-method", method, "--pask-budget", str(budget),
             "--pask-schedule", schedule, "--pask-interval", str(interval),
             "--pask-kept-log", kept, "--pask-tag-log", tags, "--log-level", "warning"]
+    args += ["--pask-scorer", scorer] if scorer else []
     args += ["--pask-segment", "system"] if radix == "on" else ["--disable-radix-cache"]
     with running_server(model, args) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="none")
@@ -56,7 +64,12 @@ def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, m
             client.chat.completions.create(model="default", max_tokens=max_tokens, temperature=0,
                                            **body)
         time.sleep(1.0)  # the scheduler writes the output record when the KV is released
-    return server_traces(kept, tags)
+        with urllib.request.urlopen(f"{srv.url}/server_info", timeout=30) as r:
+            pask = json.load(r)["internal_states"][0].get("pask") or {}
+    # what the server's own timers say (seconds inside the compression hook; the learned scorer's
+    # scoring inside the forwards, for a method that reads one)
+    cost = {k: pask.get(k) for k in ("compression", "compression_time", "reconstruction", "learned_scorer")}
+    return server_traces(kept, tags), cost
 
 
 def openai_kwargs(body: dict) -> dict:
@@ -64,13 +77,14 @@ def openai_kwargs(body: dict) -> dict:
             "extra_body": {"chat_template_kwargs": body["chat_template_kwargs"]}}
 
 
-def reference_runner(model, policy, method, budget, schedule, interval, radix):
+def reference_runner(model, policy, method, budget, schedule, interval, radix, scorer=None):
     """(the reference runner at the server's method, budget and operating point, its units: the
     policy's groups for a per-group method, else one layer each, as the server's pools)."""
     from sglang_pask.hf import Runner
 
+    options = {"schedule": schedule, "interval": interval, **({"scorer": scorer} if scorer else {})}
     runner = Runner(model, method=method, budget=budget, policy=policy if method == "pask" else None,
-                    grammar="sglang", method_options={"schedule": schedule, "interval": interval},
+                    grammar="sglang", method_options=options,
                     segment_rule=SegmentRule("system" if radix == "on" else "none"))
     return runner, runner.groups if runner.method.per_group else [[layer] for layer in range(runner.num_layers)]
 
@@ -103,16 +117,17 @@ def pad_tools(bodies: list[dict], model: str, min_tokens: int) -> list[dict]:
 
 def run_budget(a, budget, entries, method=None):
     method = method or a.method
+    scorer = a.scorer if method == a.method else None  # the Full KV pass reads no scorer
     settings = Settings(max_tokens=a.max_tokens, tool_choice=a.tool_choice)
     bodies = [runner_body(build_request(e, settings)[0]) for e in entries]
     if a.min_prompt_tokens:
         bodies = pad_tools(bodies, a.model, a.min_prompt_tokens)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pask-parity-") as d:
-        served = server_side(a.model, a.policy, budget, a.schedule, a.interval,
-                             [openai_kwargs(b) for b in bodies], a.max_tokens, method, d, a.radix)
+        served, cost = server_side(a.model, a.policy, budget, a.schedule, a.interval,
+                                   [openai_kwargs(b) for b in bodies], a.max_tokens, method, d, a.radix, scorer)
     t_server = time.perf_counter() - t0
-    runner, units = reference_runner(a.model, a.policy, method, budget, a.schedule, a.interval, a.radix)
+    runner, units = reference_runner(a.model, a.policy, method, budget, a.schedule, a.interval, a.radix, scorer)
     rows = []
     for e, body in tqdm(list(zip(entries, bodies)), desc=f"runner {method}@{budget:g}", unit="req", file=sys.stderr):
         ref = runner_trace(runner, body, units, a.max_tokens)
@@ -122,7 +137,7 @@ def run_budget(a, budget, entries, method=None):
                          "kept_equal_until_divergence": False, "first_diff": None, "missing": True})
             continue
         rows.append({"id": e.id, **compare(got, ref)})
-    return {"method": method, "budget": budget, "summary": summarize(rows), "rows": rows,
+    return {"method": method, "budget": budget, "summary": summarize(rows), "rows": rows, "server_cost": cost,
             "wall_s": {"server": round(t_server, 1), "runner": round(time.perf_counter() - t0 - t_server, 1)}}
 
 
@@ -146,6 +161,9 @@ def main(argv=None) -> int:
                         "how often the two engines' generated tokens differ with no compression at all")
     p.add_argument("--min-prompt-tokens", type=int, default=0,
                    help="add tools of the train split to each request until its prompt holds this many tokens")
+    p.add_argument("--scorer", default=None,
+                   help="the learned scorer file of a method that reads one (kvzap): --pask-scorer on the server, "
+                        "the method option scorer= on the runner")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     entries = load_spec(a.data) if a.data else load_spec(f"synthetic:eval:{a.n or 100}:tiny")
@@ -180,6 +198,14 @@ def main(argv=None) -> int:
                      f"({s['kept_identical_until_divergence_pct']}%) | {s['tokens_identical']} "
                      f"({s['tokens_identical_pct']}%) | {s['compressions_compared']} "
                      f"({s.get('per_head_compressions', 0)}) |")
+    for r in results:
+        if (ls := (r.get("server_cost") or {}).get("learned_scorer")):
+            ct = r["server_cost"].get("compression_time") or {}
+            lines += ["", f"{r['method']}@{r['budget']:g}, the server's own timers: the learned scorer scored "
+                      f"{ls['tokens']} tokens in {ls['forwards']} forwards ({ls['missed']} unscored) in "
+                      f"{ls['seconds']:.4f} s ({1e6 * ls['seconds'] / max(ls['tokens'], 1):.1f} us/token), inside "
+                      f"the forwards that ran; compression {ct.get('compress_s', 0):.4f} s of "
+                      f"{ct.get('step_s', 0):.2f} s over {ct.get('decode_steps', 0)} decode steps."]
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     commit = code_version()[0]

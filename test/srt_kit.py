@@ -27,10 +27,10 @@ def serving_config(method: Optional[str] = None, budget: Optional[float] = 0.33,
     """A serving configuration for the tiny policy (the only place tests call ``build_config``)."""
     from sglang_pask.srt.serving import ServingFlags, build_config
 
-    kept_log, chunk = kw.pop("kept_log", None), kw.pop("prefill_chunk", None)
+    kept_log, chunk, scorer = kw.pop("kept_log", None), kw.pop("prefill_chunk", None), kw.pop("scorer", None)
     overrides = {"segment": segment, **{k: v for k, v in kw.items() if v is not None}}
     return build_config(str(POLICY), ServingFlags(method=method, budget=budget, overrides=overrides, radix=radix,
-                                                  kept_log=kept_log, prefill_chunk=chunk))
+                                                  kept_log=kept_log, prefill_chunk=chunk, scorer=scorer))
 
 
 @lru_cache(maxsize=1)

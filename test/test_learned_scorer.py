@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import ROOT
 from sglang_pask.methods.learned import (
     FORMAT,
     LearnedScorer,
@@ -117,3 +118,18 @@ def test_malformed_files_are_refused(tmp_path):
         LearnedScorer(np.zeros((2, 8)), np.zeros((2, 2)), binding())
     with pytest.raises(ScorerError, match="2 layers x 3 KV heads"):
         LearnedScorer(np.zeros((2, 8, 3)), np.zeros((2, 3)), binding())
+
+
+def test_predictions_are_row_stable():
+    """A row's prediction does not depend on the rows given with it (an engine that scores each
+    forward's rows gets the values of one that scores the held rows at once), and equal hidden
+    states score exactly equal wherever they sit."""
+    s = LearnedScorer.load(ROOT / "policies" / "pask-tiny-fc.kvzap.safetensors")
+    x = np.random.default_rng(4).normal(size=(300, s.hidden_size)).astype(np.float32)
+    x[250] = x[17]  # a repeated token's layer-0 input
+    for layer in range(s.num_layers):
+        every = s.scores(layer, x)
+        assert every.dtype == np.float32 and np.array_equal(every[:, 250], every[:, 17])
+        for lo, hi in ((0, 1), (17, 18), (5, 123), (123, 300)):
+            assert np.array_equal(s.scores(layer, x[lo:hi]), every[:, lo:hi])
+            assert np.array_equal(s.predict(layer, x[lo:hi]), s.predict(layer, x)[:, lo:hi])

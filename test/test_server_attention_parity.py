@@ -9,7 +9,9 @@ calibration's 0.2 policy (four one-layer groups, its residual split across group
 one ranking of KVzip's scores blended with class order; each KV head keeps its own count) under
 ``prefill``: every compression keeps the same positions per unit in both engines -- for the
 per-head methods, also each KV head's own set (the server's :mod:`sglang_pask.srt.head_masks`) --
-and the generated tokens are the same."""
+and the generated tokens are the same. KVzap (the shipped tiny-model scorer, ``--pask-scorer``)
+at 0.33 and 0.2 on train-split requests (what the scorer was fitted on): its predictions come from
+the prefill forward the server runs anyway, and their cost is in ``/server_info``."""
 
 from __future__ import annotations
 
@@ -76,3 +78,30 @@ def test_kvzip_scores_prompts_whose_repeat_runs_past_the_models_positions(tmp_pa
     s = result["summary"]
     assert s["compressions_compared"] == 2 and s["kept_identical"] == 2 and s["tokens_identical"] == 2, result["rows"]
     assert ">= 1100 prompt tokens" in (out / "report.md").read_text()
+
+
+SCORER = ROOT / "policies/pask-tiny-fc.kvzap.safetensors"
+
+
+@pytest.mark.parametrize("budget, schedule", [("0.33", "prefill"), ("0.2", "prefill"), ("0.33", "continuous")])
+def test_kvzap_keeps_what_the_runner_keeps(budget, schedule, tmp_path):
+    """Under ``continuous`` (every 4th decode step) the decode tokens are scored too, each in its
+    own one-token forward, and rank exactly as the runner's (the scorer is row-stable)."""
+    out = tmp_path / "kvzap"
+    r = subprocess.run([sys.executable, "bench/server_parity.py", "--method", "kvzap", "--scorer", str(SCORER),
+                        "--data", "synthetic:train:3:tiny", "--budgets", budget, "--schedule", schedule,
+                        "--interval", "4", "--no-full", "--max-tokens", "64", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (result,) = json.loads((out / "results.json").read_text())
+    s = result["summary"]
+    n = s["compressions_compared"]
+    assert s["requests"] == 3 and s["per_head_compressions"] == n, s
+    assert n == 3 if schedule == "prefill" else n > 3, s
+    assert s["kept_identical"] == 3 and s["tokens_identical"] == 3, result["rows"]
+    cost = result["server_cost"]
+    # every request compressed at prefill end (the server's warm-up request too), none failed
+    assert cost["compression"]["errors"] == 0 and cost["compression"]["requests_compressed"] >= 3, cost
+    scored = cost["learned_scorer"]  # every prompt token scored in its prefill forward; decode tokens when read
+    assert scored["missed"] == 0 and scored["decode"] == (schedule != "prefill") and scored["tokens"] > 300, scored
+    assert cost["reconstruction"]["forwards"] == 0  # no extra forward

@@ -40,6 +40,7 @@ from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
 POLICY = ROOT / "policies" / "pask-tiny-fc.json"
+SCORER = ROOT / "policies" / "pask-tiny-fc.kvzap.safetensors"
 BUDGET = 0.33
 MAX_TOTAL = 4096
 #: SGLang's idle leak check (scheduler.on_idle -> SchedulerInvariantChecker): strict means a leak
@@ -379,10 +380,10 @@ BAD_FLAGS = {
     "expected_attention": (["--pask-method", "expected_attention"],
                            "error: --pask-method: 'expected_attention' needs attention statistics (expected_heads) "
                            "that the server does not record; the server runs: full, streaming, h2o, snapkv, "
-                           "pyramidkv, adakv, kvzip, pask, random (use `pask eval --backend hf` for "
+                           "pyramidkv, adakv, kvzip, kvzap, pask, random (use `pask eval --backend hf` for "
                            "expected_attention)"),
     "unknown-method": (["--pask-method", "nosuch"], "error: --pask-method: unknown method 'nosuch' "
-                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, pask, random)"),
+                       "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, kvzap, pask, random)"),
     "budget-0": (["--pask-budget", "0"], "error: --pask-budget must be in (0, 1], got 0"),
     "budget-1.5": (["--pask-budget", "1.5"], "error: --pask-budget must be in (0, 1], got 1.5"),
     "schedule-weekly": (["--pask-schedule", "weekly"],
@@ -390,8 +391,17 @@ BAD_FLAGS = {
     "budget-without-policy": (["--pask-budget", "0.5"], "error: --pask-budget needs --pask-policy"),
     # a typo is named as a typo with or without a policy (not "needs --pask-policy": SnapKV runs without one)
     "unknown-method-without-policy": (["--pask-method", "kvzipp"], "error: --pask-method: unknown method 'kvzipp' "
-                                      "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, pask, "
-                                      "random)"),
+                                      "(the server runs: full, streaming, h2o, snapkv, pyramidkv, adakv, kvzip, kvzap, "
+                                      "pask, random)"),
+    # the learned scorer's file: required by kvzap, refused for a method that reads none
+    "kvzap-without-scorer": (["--pask-method", "kvzap"], "error: --pask-scorer: kvzap needs a scorer file: pass "
+                             "--pask-scorer PATH (e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` "
+                             "writes one)"),
+    "scorer-for-snapkv": (["--pask-method", "snapkv", "--pask-scorer", str(SCORER)],
+                          "error: --pask-scorer: method 'snapkv' reads no learned scorer (those that do: kvzap)"),
+    "scorer-for-pask": (["--pask-scorer", str(SCORER)],
+                        "error: --pask-scorer: method 'pask' reads no learned scorer (those that do: kvzap)"),
+    "scorer-without-policy": (["--pask-scorer", str(SCORER)], "error: --pask-scorer needs --pask-policy"),
     "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
     "segment-budget-without-segment": (["--pask-segment-budget", "0.2"],
                                        "error: --pask-segment-budget needs --pask-segment system"),

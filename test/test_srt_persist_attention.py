@@ -56,8 +56,8 @@ def _feed(rig, req, first: int, end: int, gen: torch.Generator, kv_heads: int = 
 def test_the_server_runs_the_methods_whose_statistics_it_records():
     assert ATTENTION_METHODS == ["h2o", "snapkv", "pyramidkv", "adakv"]
     assert "kvzip" in server_methods() and "expected_attention" not in server_methods()
-    # KVzap reads the learned scorer's predictions, which the server does not compute (yet)
-    assert _needs_attention("kvzap") == "learned_heads" and "kvzap" not in server_methods()
+    # KVzap reads the learned scorer's predictions, captured in the forwards (test_srt_learned_scores.py)
+    assert _needs_attention("kvzap") == "learned_heads" and "kvzap" in server_methods()
 
 
 @pytest.mark.parametrize("schedule", ["prefill", "continuous"])

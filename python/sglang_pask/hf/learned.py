@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from sglang_pask.methods.learned import LearnedScorer, ScorerError, scorer_sha256
+from sglang_pask.methods.learned import LearnedScorer, bind_scorer
 
 
 def decoder_layers(model) -> list:
@@ -78,16 +78,8 @@ def resolve_scorer(method, model, model_dir: Optional[str]) -> tuple[LearnedScor
     the run records). There is no default file: a scorer is bound to one model, so the run names
     it (a ``*.safetensors`` file in the model's folder would be read as weights by SGLang's loader,
     so shipped scorers live in ``policies/``)."""
-    import dataclasses
-
     from sglang_pask.policy.binding import ModelBinding
 
-    path = method.scorer
-    if not path:
-        raise ScorerError(f"{method.name} needs a scorer file: pass the method option scorer=FILE "
-                          "(e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` writes one)")
-    if not os.path.isfile(path):
-        raise ScorerError(f"{method.name}: no scorer file {path!r} (fit one with `pask fit-scorer`)")
     if not model_dir:  # a loaded model remembers the folder it came from
         known = getattr(model, "name_or_path", "") or ""
         model_dir = known if os.path.isfile(os.path.join(known, "config.json")) else None
@@ -96,8 +88,4 @@ def resolve_scorer(method, model, model_dir: Optional[str]) -> tuple[LearnedScor
     else:
         have, name = ModelBinding.from_config(model.config.to_dict()), getattr(model, "name_or_path", "") or \
             type(model).__name__
-    scorer = LearnedScorer.load(path, have, name)
-    sha = scorer_sha256(path)
-    if method.scorer_sha256 and method.scorer_sha256 != sha:
-        raise ScorerError(f"scorer file {path!r} has sha256 {sha}, the method pins {method.scorer_sha256}")
-    return scorer, dataclasses.replace(method, scorer_sha256=sha)
+    return bind_scorer(method, have, name)

@@ -92,17 +92,26 @@ class LearnedScorer:
     def kv_heads(self) -> int:
         return int(self.weight.shape[2])
 
-    def predict(self, layer: int, x) -> np.ndarray:
-        """float32 ``[H, n]``: predicted log KVzip scores for hidden states ``x`` ``[n, D]``."""
+    def _predict64(self, layer: int, x) -> np.ndarray:
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.hidden_size:
             raise ScorerError(f"layer {layer}: hidden states must be [n, {self.hidden_size}], got {x.shape}")
-        return (x @ self.weight[layer] + self.bias[layer]).T
+        return x.astype(np.float64) @ self.weight[layer].astype(np.float64) + self.bias[layer]  # [n, H]
+
+    def predict(self, layer: int, x) -> np.ndarray:
+        """float32 ``[H, n]``: predicted log KVzip scores for hidden states ``x`` ``[n, D]``.
+
+        Row-stable: a row's prediction does not depend on the other rows given with it (summed in
+        float64, rounded once to float32), so an engine that scores each forward's rows (the
+        server) gets the values of one that scores the held rows at a compression (the runner),
+        and equal hidden states -- a repeated token at layer 0 -- score exactly equal (a float32
+        matrix product's summation order depends on the matrix's shape and a row's place in it)."""
+        return self._predict64(layer, x).astype(np.float32).T
 
     def scores(self, layer: int, x) -> np.ndarray:
-        """float32 ``[H, n]``: predicted KVzip scores (``exp`` of :meth:`predict`; >= 0, the units of
-        ``kvzip_heads``)."""
-        return np.exp(np.minimum(self.predict(layer, x), 80.0))
+        """float32 ``[H, n]``: predicted KVzip scores (``exp`` of :meth:`predict`, in float64 and
+        rounded once; >= 0, the units of ``kvzip_heads``). Row-stable as :meth:`predict`."""
+        return np.exp(np.minimum(self._predict64(layer, x), 80.0)).astype(np.float32).T
 
     def check_model(self, have: ModelBinding, model: str, what: str = "scorer") -> None:
         """Raise :class:`ScorerError`, naming both models, unless ``have`` is this scorer's model."""
@@ -153,6 +162,28 @@ class LearnedScorer:
         if model is not None:
             scorer.check_model(model, model_name, what=f"scorer file {path!r}")
         return scorer
+
+
+def bind_scorer(method, have: ModelBinding, model_name: str, option: str = "the method option scorer=FILE"):
+    """The scorer ``method`` (a ``learned_heads`` method: fields ``scorer``, ``scorer_sha256``)
+    reads, checked against the served model ``have`` (named ``model_name`` in errors), and the
+    method with ``scorer_sha256`` filled in (what every run records). ``option``: how the user
+    names the file (the runner's method option, the server's flag), for the error when none is
+    given. Raises :class:`ScorerError` (one line). There is no default file: a scorer is bound
+    to one model."""
+    import dataclasses
+
+    path = method.scorer
+    if not path:
+        raise ScorerError(f"{method.name} needs a scorer file: pass {option} "
+                          "(e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` writes one)")
+    if not os.path.isfile(path):
+        raise ScorerError(f"{method.name}: no scorer file {path!r} (fit one with `pask fit-scorer`)")
+    scorer = LearnedScorer.load(path, have, model_name)
+    sha = scorer_sha256(path)
+    if method.scorer_sha256 and method.scorer_sha256 != sha:
+        raise ScorerError(f"scorer file {path!r} has sha256 {sha}, the method pins {method.scorer_sha256}")
+    return scorer, dataclasses.replace(method, scorer_sha256=sha)
 
 
 def ridge(x: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -104,15 +104,16 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
         for layer in layers:
             retained[layer] = h
     classes = tags.classes(req, seq_len)
-    attention = _attention(req, retained, step, method, seq_len)
+    row = int(req.kv.req_pool_idx)
+    masks = [head_masks.view_mask(row, u, held[u]) for u in range(len(units))]
+    attention = _attention(req, retained, step, method, seq_len, allocator, full_ids,
+                           [masks[u] for u, layers in enumerate(units) for _ in layers])
     if seg:
         view = own_view(config.num_layers, config.groups, seq_len, classes, retained, seg,
                         PROTECTED_TAIL, tags.prompt_len, attention=attention)
         kept_own = own_kept(method, view, seg, allowed)
         sel_kept = [np.concatenate([r[r < seg], k]) for r, k in zip(retained, kept_own)]
     else:
-        row = int(req.kv.req_pool_idx)
-        masks = [head_masks.view_mask(row, u, held[u]) for u in range(len(units))]
         view = CacheView(num_layers=config.num_layers, groups=config.groups, seq_len=seq_len,
                          classes=classes, retained=retained, protected_tail=PROTECTED_TAIL,
                          prompt_len=tags.prompt_len, attention=attention,
@@ -151,10 +152,18 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
     return freed
 
 
-def _attention(req, retained, step: int, method, seq_len: int):
+def _attention(req, retained, step: int, method, seq_len: int, allocator=None, full_ids=None, masks=None):
     """The request's attention statistics aligned with ``retained`` (None: the method needs
     none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops.
-    KVzip's scores come from a reconstruction forward run now (:mod:`.reconstruct`)."""
+    KVzip's scores come from a reconstruction forward run now (:mod:`.reconstruct`); the learned
+    scorer's were stored by full id when the forwards wrote the tokens (:mod:`.learned_scores`;
+    ``full_ids`` int64 ``[seq_len]``, ``masks[l]`` the layer's per-head view mask or None)."""
+    if method.needs_attention == "learned_heads":
+        learned = getattr(getattr(allocator, "pool", None), "learned_scores", None)
+        if learned is None:
+            raise RuntimeError(f"{method.name} reads the learned scorer's predictions, which this process does not "
+                               "capture (no scorer installed on the model)")
+        return AttentionStats(learned_heads=learned.heads(full_ids, retained, masks))
     if method.needs_attention == "kvzip_heads":
         from sglang_pask.srt.reconstruct import kvzip_heads
 

@@ -167,6 +167,8 @@ def pask_state(scheduler) -> dict:
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
            "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
            "reconstruction": dict(reconstruct.COUNTERS),
+           "learned_scorer": learned.stats() if (learned := getattr(getattr(alloc, "pool", None),
+                                                                   "learned_scores", None)) else None,
            "kernels": ops.implementation(),
            "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
            "demoted_rids": list(segment_views.DEMOTED_RIDS),

@@ -51,6 +51,8 @@ PERSIST_FLAGS = {
     "--pask-prefill-chunk": ("pask_prefill_chunk", int, "a prompt longer than a KV unit pool holds whole is "
                              "prefilled in chunks of N tokens, compressed at each chunk end (default: a "
                              "quarter of a unit pool; 0: off, such prompts are refused)"),
+    "--pask-scorer": ("pask_scorer", str, "the learned scorer file of a method that reads one (kvzap; the tiny "
+                      "model's: policies/pask-tiny-fc.kvzap.safetensors), checked against the served model"),
     "--pask-kept-log": ("pask_kept_log", str, "(debug) write the kept positions of every compression to "
                         "JSON lines in DIR"),
 }
@@ -120,7 +122,9 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     flags = serving.ServingFlags(method=getattr(args, "pask_method", None), budget=getattr(args, "pask_budget", None),
                                  overrides=overrides, radix=not getattr(args, "disable_radix_cache", False),
                                  kept_log=os.path.abspath(kept_log) if kept_log else None,
-                                 prefill_chunk=getattr(args, "pask_prefill_chunk", None))
+                                 prefill_chunk=getattr(args, "pask_prefill_chunk", None),
+                                 scorer=os.path.abspath(scorer) if (scorer := getattr(args, "pask_scorer", None))
+                                 else None)
     try:
         config = serving.build_config(path, flags, model_dir=getattr(args, "model_path", None))
     except (ValueError, TypeError) as e:

@@ -57,6 +57,9 @@ class PaskKVPool(KVCache):
         # int64 [U, full_size + 2]: unit slot of each full id (0: not held); the last column is
         # a sentinel so that padded ids (== full_size + 1) map to the padding slot.
         self.mapping = torch.zeros((len(self.units), full_size + 2), dtype=torch.int64, device=device)
+        #: the learned scorer's predictions per full id (:class:`~.learned_scores.LearnedScores`; None
+        #: unless the serving method reads ``learned_heads``): set once the model is loaded
+        self.learned_scores = None
         self.mem_usage = self.kv_bytes_capacity() / (1 << 30)
 
     # -- sizes ---------------------------------------------------------------------------------

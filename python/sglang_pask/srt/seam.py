@@ -187,6 +187,11 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission", "around",
          f"{_SRT}.prefill_hooks:around_select_admission"),
     Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.prefill_hooks:around_checkpoint"),
+    # -- the learned scorer (learned_scores): capture the attention input in the forwards that run --
+    Hook("sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends", "after",
+         f"{_SRT}.learned_scores:after_init_backends"),
+    Hook("sglang.srt.model_executor.model_runner.ModelRunner.forward", "around",
+         f"{_SRT}.learned_scores:around_forward"),
     # -- the chunked prefill rule (chunked; admission and checkpoint through prefill_hooks) --
     Hook("sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info", "around",
          f"{_SRT}.chunked:around_worker_info"),

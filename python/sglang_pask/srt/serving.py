@@ -10,7 +10,9 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
   (:mod:`.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
   a residual scorer read the observation window, H2O the accumulated attention; a per-head
   selection is applied by :mod:`.head_masks`) or KVzip's reconstruction scores (:mod:`.reconstruct`:
-  KVzip, and PASK whose residual reads them); Expected Attention needs statistics the server does
+  KVzip, and PASK whose residual reads them) or the learned scorer's predictions (:mod:`.learned_scores`:
+  KVzap, its file given by ``--pask-scorer PATH`` and checked against the served model; the flag is
+  refused for a method that reads no scorer); Expected Attention needs statistics the server does
   not record (expected queries) and is refused by name.
 * ``--pask-budget B`` (default: the policy's budget).
 * The operating point (:mod:`sglang_pask.policy.operating_point`): ``--pask-schedule S``,
@@ -38,6 +40,7 @@ from functools import lru_cache
 from typing import Optional
 
 from sglang_pask.methods import METHODS, KVMethod, make_method
+from sglang_pask.methods.learned import LearnedScorer, ScorerError, bind_scorer
 from sglang_pask.policy.operating_point import SEGMENT_FIELDS, Resolved, SegmentRule, flag_names, resolve
 
 ENV_POLICY = "SGLANG_PASK_POLICY"
@@ -67,6 +70,13 @@ def server_methods() -> list[str]:
     return [name for name in METHODS if _needs_attention(name) in (None, *SERVED_KINDS)]
 
 
+def takes_scorer(name: str) -> bool:
+    """Whether registry method ``name`` reads a learned scorer file (its ``scorer`` option)."""
+    import dataclasses
+
+    return any(f.name == "scorer" for f in dataclasses.fields(METHODS[name]))
+
+
 def method_error(name: str) -> Optional[str]:
     """The one line for a ``--pask-method`` the registry does not have (None: it has it), with or
     without a policy."""
@@ -88,6 +98,8 @@ class ServingFlags:
     kept_log: Optional[str] = None
     #: ``--pask-prefill-chunk`` (None: automatic; 0: off; :mod:`.chunked`)
     prefill_chunk: Optional[int] = None
+    #: ``--pask-scorer``: the learned scorer file of a method that reads one (``kvzap``)
+    scorer: Optional[str] = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -115,6 +127,9 @@ class ServingConfig:
     #: tokens per chunk of the chunked prefill rule (None: automatic, a quarter of a unit pool, where
     #: the method and the segment rule allow; 0: off; :mod:`.chunked`)
     prefill_chunk: Optional[int] = None
+    #: the learned scorer the method reads (``learned_heads``: :mod:`.learned_scores`), bound to the
+    #: served model; None for every other method
+    scorer: Optional[LearnedScorer] = None
 
     @property
     def rule(self) -> SegmentRule:
@@ -164,6 +179,9 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
         raise ValueError(f"--pask-budget must be in (0, 1], got {budget:g}")
     if name == "full" and budget is not None and budget != 1.0:
         raise ValueError(f"--pask-budget: method 'full' keeps every token (budget 1), got {budget:g}")
+    if flags.scorer and not takes_scorer(name):
+        raise ValueError(f"--pask-scorer: method {name!r} reads no learned scorer (those that do: "
+                         f"{', '.join(n for n in METHODS if takes_scorer(n))})")
     # the one validator (errors name the flag); a baseline takes only the policy's segment rule
     resolved = resolve(policy.point, flags.overrides, FLAG_NAMES, None if name == "pask" else SEGMENT_FIELDS)
     point = resolved.point
@@ -179,8 +197,20 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
                              f"not record (it records {', '.join(SERVED_KINDS)}); use `pask eval --backend hf` "
                              "for this policy")
     else:
+        if takes_scorer(name) and flags.scorer:
+            options["scorer"] = flags.scorer
         kv = make_method(name, budget if budget is not None else (None if name == "full" else policy.budget),
                          **options)
+    scorer = None
+    if kv.needs_attention == "learned_heads":  # the file, bound to the served model (the policy's)
+        from sglang_pask.policy.binding import ModelBinding
+
+        have = ModelBinding.from_model(model_dir) if model_dir else policy.model
+        try:
+            scorer, kv = bind_scorer(kv, have, model_dir or f"(the model of {policy_path})",
+                                     option="--pask-scorer PATH")
+        except ScorerError as e:
+            raise ValueError(f"--pask-scorer: {e}") from None
     groups = tuple(tuple(g) for g in policy.groups)
     num_layers = sum(len(g) for g in groups)
     units = groups if kv.per_group else tuple((layer,) for layer in range(num_layers))
@@ -206,7 +236,7 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
                          num_layers=num_layers, resolved=resolved, kept_log=flags.kept_log,
                          radix=bool(flags.radix) and point.segment.active,  # the tree holds segments only
-                         policy_sha256=policy_hash(policy), prefill_chunk=chunk)
+                         policy_sha256=policy_hash(policy), prefill_chunk=chunk, scorer=scorer)
 
 
 @lru_cache(maxsize=1)

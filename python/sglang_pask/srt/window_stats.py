@@ -40,9 +40,10 @@ from sglang_pask.methods.base import AttentionStats, window_size
 
 #: the statistics kinds the recorder keeps
 KINDS = ("window", "window_heads", "accumulated")
-#: the kinds the server computes: the recorder's, and KVzip's scores from a reconstruction forward
-#: (:mod:`.reconstruct`, torch backend); Expected Attention's it refuses
-SERVED_KINDS = (*KINDS, "kvzip_heads")
+#: the kinds the server computes: the recorder's, KVzip's scores from a reconstruction forward
+#: (:mod:`.reconstruct`, torch backend) and the learned scorer's predictions from the attention
+#: input of the forwards that run (:mod:`.learned_scores`); Expected Attention's it refuses
+SERVED_KINDS = (*KINDS, "kvzip_heads", "learned_heads")
 #: the kinds that keep the newest ``window_size`` queries
 WINDOWED = ("window", "window_heads")
 #: queries scored at a time (the runner's chunk, hf/attention.py)
