@@ -297,3 +297,46 @@ def test_ranked_split_needs_a_blend():
         make_method("pask", 0.25, policy=p, residual_split="scores")
     with pytest.raises(ValueError, match="residual_split must be one of share, scores"):
         make_method("pask", 0.25, policy=p, residual_split="even")
+
+
+@pytest.mark.parametrize("options", [{"attention_blend": 0.5},
+                                     {"attention_blend": 0.5, "head_split": True},
+                                     {"attention_blend": 0.75, "head_split": True, "residual_split": "scores"}])
+def test_learned_statistic_ranks_the_residual_as_kvzip_scores_would(options):
+    """The ``learned`` statistic is KVzip's scores as the learned scorer predicts them: given the
+    same numbers in ``learned_heads`` that another view has in ``kvzip_heads``, a residual reading
+    ``learned`` keeps exactly what one reading ``kvzip`` keeps (sets, head masks, allocations)."""
+    import dataclasses
+
+    from sglang_pask.methods import AttentionStats
+    from sglang_pask.methods.testing import random_view
+
+    groups = [[0, 1], [2, 3]]
+    p = policy({"TOOL_NAME": 1.0}, shares=(0.5, 0.5), sinks=1, window=2, groups=groups)
+    kv = make_method("pask", 0.3, policy=p, attention_stat="kvzip", **options)
+    learned = make_method("pask", 0.3, policy=p, attention_stat="learned",
+                          scorer="policies/pask-tiny-fc.kvzap.safetensors", **options)
+    assert learned.needs_attention == "learned_heads" and kv.needs_attention in ("kvzip_heads",)
+    for seed in range(40):
+        view = random_view(seed, num_layers=4, groups=groups, per_group=True)
+        rows = view.attention.kvzip_heads
+        a = kv.select(dataclasses.replace(view, attention=AttentionStats(kvzip_heads=rows)))
+        b = learned.select(dataclasses.replace(view, attention=AttentionStats(learned_heads=rows)))
+        assert [k.tolist() for k in a.kept] == [k.tolist() for k in b.kept], seed
+        assert (a.head_mask is None) == (b.head_mask is None)
+        if a.head_mask is not None:
+            assert all(np.array_equal(x, y) for x, y in zip(a.head_mask, b.head_mask)), seed
+
+
+def test_scorer_option_records_and_is_refused_without_the_learned_statistic():
+    p = ranked_policy(((0,), (1,)))
+    shipped = "policies/pask-tiny-fc.kvzap.safetensors"
+    m = make_method("pask", 0.25, policy=p, attention_stat="learned", scorer=shipped)
+    rec = m.record()
+    assert rec["attention_stat"] == "learned" and rec["scorer"] == shipped and "scorer_sha256" not in rec
+    assert make_method(**{**rec, "policy": p}) == m
+    assert "scorer" not in make_method("pask", 0.25, policy=p).record()  # every record as before
+    with pytest.raises(ValueError, match="scorer.*is read only by a residual whose statistic is 'learned'"):
+        make_method("pask", 0.25, policy=p, scorer=shipped)  # the policy's statistic is kvzip
+    with pytest.raises(ValueError, match="scorer_sha256"):
+        make_method("pask", 0.25, policy=p, attention_stat="learned", scorer=shipped, scorer_sha256="abc")

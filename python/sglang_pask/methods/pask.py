@@ -58,6 +58,7 @@ the same lookup over every request (no scorer: a batch carries no attention stat
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Optional
@@ -124,7 +125,7 @@ class Pask(KVMethod):
     name = "pask"
     per_group = True
     #: the scorer records as its old keywords (:meth:`record`); none: as before it existed
-    record_omits = {"residual": None}
+    record_omits = {"residual": None, "scorer": "", "scorer_sha256": ""}
     #: KVzip's defaults for the ``kvzip`` statistic's reconstruction (the engine reads them as it
     #: reads :class:`~.kvzip.KVzip`'s): chunk length, and the first positions every chunk sees
     chunk_size: ClassVar[int] = 2048
@@ -136,6 +137,10 @@ class Pask(KVMethod):
     policy: Optional["Policy"] = field(default=None, compare=False, repr=False)
     span_delimiters: bool = True
     residual: Optional[ResidualScorer] = None
+    #: the learned scorer's file and its pin, read by a residual whose statistic is ``learned``
+    #: (the engines load it as they load :class:`~.kvzap.KVzap`'s; empty otherwise)
+    scorer: str = ""
+    scorer_sha256: str = ""
     policy_name: Optional[str] = field(init=False, default=None)
     policy_sha256: str = field(init=False, default="", repr=False)
 
@@ -171,7 +176,13 @@ class Pask(KVMethod):
         # instance attributes over the class's: the registry's pask needs no statistics and keeps
         # one set per group; one with a scorer needs its statistic (the engines ask the instance),
         # and with per_head keeps one set per KV head
-        scorer = self.scorer
+        self._check("scorer", isinstance(self.scorer, str), "must be a file path (a string)")
+        self._check("scorer_sha256", isinstance(self.scorer_sha256, str) and
+                    re.fullmatch(r"([0-9a-f]{64})?", self.scorer_sha256) is not None,
+                    "must be empty or 64 lowercase hex digits")
+        scorer = self.residual_scorer
+        self._check("scorer", not self.scorer or (scorer is not None and scorer.stat == "learned"),
+                    "is read only by a residual whose statistic is 'learned'")
         self._set("needs_attention", scorer.needs_attention if scorer else None)
         self._set("per_head", bool(scorer and scorer.per_head))
         self._set("adaptive_heads", bool(scorer and scorer.per_head and scorer.ranked))
@@ -191,7 +202,7 @@ class Pask(KVMethod):
         return out
 
     @property
-    def scorer(self) -> Optional[ResidualScorer]:
+    def residual_scorer(self) -> Optional[ResidualScorer]:
         """The residual scorer when it is on (blend > 0), else None (the pure lookup)."""
         return self.residual if self.residual is not None and self.residual.active else None
 
@@ -299,7 +310,7 @@ class Pask(KVMethod):
         lookup = self._lookup(PaddedBatch.from_view(view), np.array([total]))
         demand, mand = lookup.demand[:, 0], lookup.mand[:, 0]
         units = []  # per group, its units (the group, or each KV head) as (positions, scores)
-        votes = self.scorer.votes(view) if self.scorer else None
+        votes = self.residual_scorer.votes(view) if self.residual_scorer else None
         for g, layers in enumerate(view.groups):
             hp = view.retained[layers[0]]
             score = lookup.score[g][0, hp]
@@ -312,7 +323,7 @@ class Pask(KVMethod):
             units.append([(hp, self._blend(score, order, v)) if own is None else
                           (hp[own], self._blend(score[own], score[own] - RESIDUAL, v)) for own, v in votes[g]])
         shares, ranked = self.shares, {}
-        if self.scorer and self.scorer.ranked:
+        if self.residual_scorer and self.residual_scorer.ranked:
             counts = self._ranked_shares(view, units, mand, size, total)
             shares = counts if counts.sum() > 0 else shares
             ranked = {"ranked_shares": [round(float(x), 6) for x in shares]}
@@ -327,7 +338,7 @@ class Pask(KVMethod):
         """``score`` with its residual tier re-ranked by ``votes`` (step 5): ``RESIDUAL + C * ((1 -
         beta) * p + beta * v)``, ``p = order / C`` the lookup's order in [0, 1); the other tiers
         unchanged."""
-        b = self.scorer.blend
+        b = self.residual_scorer.blend
         return np.where(score < DELIMITER, RESIDUAL + C * ((1.0 - b) * order / C + b * votes), score)
 
     def _ranked_shares(self, view: CacheView, units: list, mand: np.ndarray, size: np.ndarray,
@@ -407,7 +418,7 @@ class Pask(KVMethod):
 
     def _heads(self, view: CacheView) -> int:
         """The KV heads of the scorer's statistic (checked as :meth:`.residual.ResidualScorer.votes` checks it)."""
-        return self.scorer.stats(view)[0].shape[0]
+        return self.residual_scorer.stats(view)[0].shape[0]
 
     # ---- many requests at once (the server's batched compression) ----
 
@@ -415,9 +426,9 @@ class Pask(KVMethod):
         """:meth:`select` for every request of ``batch`` (:class:`~.padded.PaddedBatch`): the same
         lookup (:meth:`_lookup`) over all rows at once; per request only the O(groups) budget
         arithmetic of :meth:`_split` runs in Python. Equal to :meth:`select` request by request."""
-        if self.scorer:
+        if self.residual_scorer:
             raise ValueError("pask: the batched selection has no attention statistics "
-                             f"(residual blend = {self.scorer.blend:g}); use select per request")
+                             f"(residual blend = {self.residual_scorer.blend:g}); use select per request")
         L, G = batch.num_layers, len(batch.groups)
         self._check_layout("batch", L, batch.groups, batch.held)
         tail = batch.protected_tail

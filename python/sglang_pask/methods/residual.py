@@ -46,6 +46,9 @@ class Statistic(NamedTuple):
 STATISTICS = {
     "window": Statistic("window", "window_heads", pooled=True),
     "kvzip": Statistic("kvzip_heads", "kvzip_heads", pooled=False),
+    # KVzip's scores as the learned scorer predicts them (the engine needs the scorer file: the
+    # pask method's ``scorer`` option)
+    "learned": Statistic("learned_heads", "learned_heads", pooled=False),
 }
 
 #: a group's units: (owned bool ``[m]`` over the group's held positions, or None for all of them;

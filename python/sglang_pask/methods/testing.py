@@ -98,7 +98,8 @@ JOINT_OPTIONS = ({"attention_blend": 0.5, "head_split": True},
                  {"attention_blend": 0.5, "attention_stat": "kvzip"},
                  {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True},
                  {"attention_blend": 0.5, "residual_split": "scores"},
-                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True, "residual_split": "scores"})
+                 {"attention_blend": 0.5, "attention_stat": "kvzip", "head_split": True, "residual_split": "scores"},
+                 {"attention_blend": 0.5, "attention_stat": "learned", "head_split": True, "residual_split": "scores"})
 
 
 def option_variants(cls) -> list[dict]:

@@ -9,7 +9,8 @@ residual tier by an attention statistic. A policy names its scorer in one block:
 * ``blend`` ``beta`` in (0, 1] in a file (the block is left out for the pure lookup): the residual's
   score is ``(1 - beta) * class order + beta * votes``;
 * ``stat``: which statistic votes (:data:`STATS`: ``window``, SnapKV's observation-window votes;
-  ``kvzip``, KVzip's context-reconstruction scores);
+  ``kvzip``, KVzip's context-reconstruction scores; ``learned``, a learned scorer's prediction of
+  them from the hidden states, :mod:`sglang_pask.methods.learned`, no extra forward);
 * ``per_head``: one kept set per KV head, each ranking its residual by its own votes;
 * ``split``: how the residual is split across groups (:data:`SPLITS`: ``share``, by
   ``residual_share``; ``scores``, by one ranking of every group's and head's candidates).
@@ -29,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 #: the statistics a residual scorer may read (one entry each in ``methods/residual.py``)
-STATS = ("window", "kvzip")
+STATS = ("window", "kvzip", "learned")
 #: how the residual is split across groups
 SPLITS = ("share", "scores")
 #: the block's keys with their defaults (``blend`` has none in a file)
