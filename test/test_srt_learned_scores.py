@@ -164,6 +164,28 @@ def test_compress_request_keeps_what_kvzap_selects_from_the_held_positions_score
     rig.assert_idle()
 
 
+def test_the_server_runs_a_pask_policy_whose_residual_reads_the_learned_scorer(tmp_path):
+    """A policy whose residual statistic is ``learned`` (the ranked 0.2 policy, its statistic
+    swapped) is served with ``--pask-scorer``: the method reads ``learned_heads``, bound to the
+    scorer file; without the flag it is refused by name."""
+    import json
+
+    from sglang_pask.srt.serving import ServingFlags, build_config
+
+    doc = json.loads((ROOT / "policies" / "pask-tiny-fc.ranked.b0.2.json").read_text())
+    for old in ("attention_blend", "attention_stat", "head_split", "residual_split"):
+        doc.pop(old, None)
+    doc["residual"] = {"blend": 0.5, "stat": "learned", "per_head": True, "split": "scores"}
+    path = tmp_path / "learned.json"
+    path.write_text(json.dumps(doc))
+    config = build_config(str(path), ServingFlags(scorer=SCORER))
+    assert config.method.name == "pask" and config.method.needs_attention == "learned_heads"
+    assert config.method.scorer == SCORER and len(config.method.scorer_sha256) == 64
+    assert config.scorer is not None and config.method.adaptive_heads
+    with pytest.raises(ValueError, match=r"--pask-scorer: pask needs a scorer file"):
+        build_config(str(path), ServingFlags())
+
+
 def test_the_server_runs_kvzap_with_a_scorer_bound_to_its_model():
     from sglang_pask.srt.serving import ServingFlags, build_config
 
@@ -173,8 +195,8 @@ def test_the_server_runs_kvzap_with_a_scorer_bound_to_its_model():
         build_config(policy, ServingFlags(method="kvzap"))
     with pytest.raises(ValueError, match=r"--pask-scorer: method 'snapkv' reads no learned scorer"):
         build_config(policy, ServingFlags(method="snapkv", scorer=SCORER))
-    with pytest.raises(ValueError, match=r"--pask-scorer: method 'pask' reads no learned scorer"):
-        build_config(policy, ServingFlags(scorer=SCORER))
+    with pytest.raises(ValueError, match=r"--pask-scorer: .*read only by a residual whose statistic is 'learned'"):
+        build_config(policy, ServingFlags(scorer=SCORER))  # the lookup reads no scorer
     prior = str(ROOT / "policies" / "tiny-random-qwen3.prior.json")
     with pytest.raises(ValueError, match=r"was fitted for model .*pask-tiny-fc.*but model .*tiny-random-qwen3"):
         build_config(prior, ServingFlags(method="kvzap", scorer=SCORER), model_dir=str(TINY_RANDOM))

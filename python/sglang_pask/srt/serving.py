@@ -187,7 +187,13 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     point = resolved.point
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
-        kv = make_method(name, budget, policy=policy, **options)
+        if flags.scorer:  # read only by a policy whose residual statistic is `learned`
+            try:
+                kv = make_method(name, budget, policy=policy, scorer=flags.scorer, **options)
+            except ValueError as e:
+                raise ValueError(f"--pask-scorer: {e}") from None
+        else:
+            kv = make_method(name, budget, policy=policy, **options)
         from sglang_pask.srt.window_stats import SERVED_KINDS  # torch: only here, as server_methods
 
         if kv.needs_attention not in (None, *SERVED_KINDS):
