@@ -19,6 +19,7 @@ RESULTS=${RESULTS:-bench/results/pask-tiny-fc-calib-learned-residual-n$N}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$RESULTS"
+t0=$(date +%s)
 for spec in 0.2:policies/pask-tiny-fc.ranked.b0.2.json 0.33:policies/pask-tiny-fc.sturdy-attn.b0.33.json; do
   b=${spec%%:*}; policy=${spec#*:}
   $PY -m sglang_pask.cli sweep --model "$MODEL" --data "synthetic:calib:$N:tiny" --policy "$policy" \
@@ -37,3 +38,12 @@ for b in 0.2 0.33; do
   done
 done
 cat "$RESULTS"/paired-b*.md
+# what wrote the folder (the results page names it)
+$PY - "$RESULTS" "$t0" "bash bench/learned_residual_probe.sh" <<'PY'
+import json, os, platform, subprocess, sys, time
+out, t0, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+meta = {"command": command, "code": f"git {commit}", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
+open(os.path.join(out, "meta.json"), "w").write(json.dumps(meta, indent=1) + "\n")
+PY

@@ -70,5 +70,5 @@ def test_a_policy_scorer_is_the_default_and_blend_zero_switches_it_off():
     assert Pask(policy=p).residual == ResidualScorer(**BLOCK)
     assert Pask(policy=p).per_head and Pask(policy=p).adaptive_heads
     off = Pask(policy=p, residual=ResidualScorer(0.0))
-    assert off.scorer is None and off.needs_attention is None and not off.per_head
+    assert off.residual_scorer is None and off.needs_attention is None and not off.per_head
     assert off.record()["attention_blend"] == 0.0  # 0 over a blending policy is recorded

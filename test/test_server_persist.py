@@ -398,9 +398,10 @@ BAD_FLAGS = {
                              "--pask-scorer PATH (e.g. policies/pask-tiny-fc.kvzap.safetensors; `pask fit-scorer` "
                              "writes one)"),
     "scorer-for-snapkv": (["--pask-method", "snapkv", "--pask-scorer", str(SCORER)],
-                          "error: --pask-scorer: method 'snapkv' reads no learned scorer (those that do: kvzap)"),
+                          "error: --pask-scorer: method 'snapkv' reads no learned scorer (those that do: kvzap, pask)"),
     "scorer-for-pask": (["--pask-scorer", str(SCORER)],
-                        "error: --pask-scorer: method 'pask' reads no learned scorer (those that do: kvzap)"),
+                        "error: --pask-scorer: the policy's residual reads no statistic, not the learned scorer "
+                        "(kvzap and a policy whose residual statistic is 'learned' read one)"),
     "scorer-without-policy": (["--pask-scorer", str(SCORER)], "error: --pask-scorer needs --pask-policy"),
     "segment-tools": (["--pask-segment", "tools"], "error: --pask-segment must be one of none, system, got 'tools'"),
     "segment-budget-without-segment": (["--pask-segment-budget", "0.2"],

@@ -177,11 +177,13 @@ def registry():
 
 
 def build_method(name: str, budget: float, policy=None, model=None, **opts) -> KVMethod:
-    """A test-only method (:data:`TEST_METHODS`) or a registered one; ``kvzap`` given ``model``
-    reads a random scorer for it (:func:`random_scorer`) unless ``opts`` name one."""
+    """A test-only method (:data:`TEST_METHODS`) or a registered one; ``kvzap`` (and ``pask`` whose
+    residual reads the ``learned`` statistic) given ``model`` reads a random scorer for it
+    (:func:`random_scorer`) unless ``opts`` name one."""
     if name in TEST_METHODS:
         return TEST_METHODS[name](budget, **opts)
-    if name == "kvzap" and model is not None and "scorer" not in opts:
+    learned = name == "kvzap" or (name == "pask" and opts.get("attention_stat") == "learned")
+    if learned and model is not None and "scorer" not in opts:
         opts["scorer"] = random_scorer(model)
     return registry()[0](name, budget, policy=policy, **opts)
 

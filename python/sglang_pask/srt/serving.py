@@ -188,10 +188,12 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     options = {"schedule": point.schedule, "interval": point.interval}
     if name == "pask":
         if flags.scorer:  # read only by a policy whose residual statistic is `learned`
-            try:
-                kv = make_method(name, budget, policy=policy, scorer=flags.scorer, **options)
-            except ValueError as e:
-                raise ValueError(f"--pask-scorer: {e}") from None
+            stat = policy.residual.stat if policy.residual is not None and policy.residual.blend else None
+            if stat != "learned":
+                reads = f"the {stat!r} statistic" if stat else "no statistic"
+                raise ValueError(f"--pask-scorer: the policy's residual reads {reads}, not the learned scorer "
+                                 "(kvzap and a policy whose residual statistic is 'learned' read one)")
+            kv = make_method(name, budget, policy=policy, scorer=flags.scorer, **options)
         else:
             kv = make_method(name, budget, policy=policy, **options)
         from sglang_pask.srt.window_stats import SERVED_KINDS  # torch: only here, as server_methods
