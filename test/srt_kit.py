@@ -270,3 +270,21 @@ def assert_twins_then_idle(rigs: Sequence[Rig], reqs: Sequence[Sequence]) -> Non
         for req in rs:
             rig.release(req)
         rig.assert_idle()
+
+
+def long_tool_request(tokenizer, at_least: int) -> dict:
+    """A tool request (train entries) whose rendered prompt has at least ``at_least`` tokens."""
+    from sglang_pask.eval.synthetic import generate
+    from sglang_pask.rendering import render_chat
+    from sglang_pask.tiny.examples import request_body
+
+    tools, names = [], set()
+    for entry in generate("train", 400, profile="tiny"):
+        body = request_body(entry)[0]
+        tools += [t for t in body["tools"] if t["function"]["name"] not in names]
+        names |= {t["function"]["name"] for t in body["tools"]}
+        req = {"messages": body["messages"], "tools": tools, "tool_choice": "required"}
+        rendered = render_chat(tokenizer, {**req, "chat_template_kwargs": {"enable_thinking": False}})
+        if len(rendered.token_ids) >= at_least:
+            return req
+    raise AssertionError(f"no prompt of {at_least} tokens from 400 train entries")

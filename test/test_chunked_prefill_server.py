@@ -27,6 +27,7 @@ openai = pytest.importorskip("openai")
 requests = pytest.importorskip("requests")
 
 from sglang_pask.testing import running_server  # noqa: E402
+from srt_kit import long_tool_request  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
 POLICY = ROOT / "policies" / "pask-tiny-fc.json"
@@ -34,24 +35,6 @@ BUDGET = 0.33
 MAX_TOTAL = 1200
 UNIT = math.ceil(BUDGET * MAX_TOTAL)
 MAX_NEW = 48
-
-
-def _long_body(tokenizer, at_least: int) -> dict:
-    """A tool request (train entries) whose rendered prompt has at least ``at_least`` tokens."""
-    from sglang_pask.eval.synthetic import generate
-    from sglang_pask.rendering import render_chat
-    from sglang_pask.tiny.examples import request_body
-
-    tools, names = [], set()
-    for entry in generate("train", 400, profile="tiny"):
-        body = request_body(entry)[0]
-        tools += [t for t in body["tools"] if t["function"]["name"] not in names]
-        names |= {t["function"]["name"] for t in body["tools"]}
-        req = {"messages": body["messages"], "tools": tools, "tool_choice": "required"}
-        rendered = render_chat(tokenizer, {**req, "chat_template_kwargs": {"enable_thinking": False}})
-        if len(rendered.token_ids) >= at_least:
-            return req
-    raise AssertionError(f"no prompt of {at_least} tokens from 400 train entries")
 
 
 def _pask(srv) -> dict:
@@ -75,7 +58,7 @@ def setup(tmp_path_factory):
     try:
         servers = {k: f.result() for k, f in futures.items()}
         tokenizer = AutoTokenizer.from_pretrained(str(MODEL))
-        yield {"servers": servers, "logs": logs, "body": _long_body(tokenizer, math.ceil(1.5 * UNIT)),
+        yield {"servers": servers, "logs": logs, "body": long_tool_request(tokenizer, math.ceil(1.5 * UNIT)),
                "tokenizer": tokenizer}
     finally:
         for k, cm in managers.items():

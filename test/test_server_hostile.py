@@ -29,6 +29,7 @@ import time
 import pytest
 from conftest import ROOT, SLEEP
 from hostile_kit import cases, envelope, generate, send, tags_action
+from srt_kit import long_tool_request
 
 requests = pytest.importorskip("requests")
 
@@ -56,23 +57,6 @@ def _bodies():
     bodies = [request_body(e)[0] for e in entries("train", 3, profile="tiny", start=40)]
     ids = list(render_chat(tok, {**bodies[0], "tool_choice": "required"}).token_ids)
     return bodies, ids, tok
-
-
-def _long_chat(tok, at_least: int) -> dict:
-    """A chat body whose prompt has at least ``at_least`` tokens (train tools)."""
-    from sglang_pask.eval.synthetic import generate as entries
-    from sglang_pask.rendering import render_chat
-    from sglang_pask.tiny.examples import request_body
-
-    tools, names = [], set()
-    for e in entries("train", 400, profile="tiny"):
-        body = request_body(e)[0]
-        tools += [t for t in body["tools"] if t["function"]["name"] not in names]
-        names |= {t["function"]["name"] for t in body["tools"]}
-        req = {"messages": body["messages"], "tools": tools, "tool_choice": "required"}
-        if len(render_chat(tok, {**req, "chat_template_kwargs": {"enable_thinking": False}}).token_ids) >= at_least:
-            return req
-    raise AssertionError(f"no prompt of {at_least} tokens")
 
 
 def _chat(body: dict) -> dict:
@@ -125,7 +109,7 @@ def test_hostile_client(mode):
     vocab = json.loads((MODEL / "config.json").read_text())["vocab_size"]
     fixed = [("/v1/chat/completions", _chat(b)) for b in bodies] + [("/generate", generate(ids[:60], 24))]
     if mode == "chunked":
-        fixed.append(("/v1/chat/completions", _chat(_long_chat(tok, 600))))
+        fixed.append(("/v1/chat/completions", _chat(long_tool_request(tok, 600))))
     hostile = cases(ids[:48], vocab, _chat(bodies[0]))
     with running_server(str(MODEL), [*MODES[mode], "--skip-server-warmup", *SLEEP]) as srv:
         before = _answers(srv, fixed)
