@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,6 +9,7 @@ import numpy as np
 
 from sglang_pask.methods.base import CacheView, Selection
 from sglang_pask.methods.kvzip import ranked_allocation, select_heads
+from sglang_pask.methods.learned import check_scorer_option
 from sglang_pask.methods.scorer import ScorerMethod
 
 
@@ -43,10 +43,7 @@ class KVzap(ScorerMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        self._check("scorer", isinstance(self.scorer, str), "must be a file path (a string)")
-        self._check("scorer_sha256", isinstance(self.scorer_sha256, str) and
-                    re.fullmatch(r"([0-9a-f]{64})?", self.scorer_sha256) is not None,
-                    "must be empty or 64 lowercase hex digits")
+        check_scorer_option(self)
         self._check("n_sink", isinstance(self.n_sink, (int, np.integer)) and self.n_sink >= 0,
                     "must be an integer >= 0")
 

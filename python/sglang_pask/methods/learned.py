@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -229,3 +230,13 @@ def fit_layer(x_fit, y_fit, x_val, y_val, lambdas=LAMBDAS) -> tuple[np.ndarray, 
     return w, b, {"lambda": lambdas[best], "val_mse_by_lambda": dict(zip(map(str, lambdas), val)),
                   "val_r2": [float(v) for v in val_r2],
                   "train_r2": [float(v) for v in r2(y_all, x_all @ w + b)]}
+
+
+def check_scorer_option(method) -> None:
+    """The ``scorer`` / ``scorer_sha256`` options a method that reads a scorer file carries
+    (:class:`~.kvzap.KVzap`, :class:`~.pask.Pask` with the ``learned`` statistic): a path, and an
+    empty pin or 64 lowercase hex digits (raises the method's one-line ValueError)."""
+    method._check("scorer", isinstance(method.scorer, str), "must be a file path (a string)")
+    method._check("scorer_sha256", isinstance(method.scorer_sha256, str) and
+                  re.fullmatch(r"([0-9a-f]{64})?", method.scorer_sha256) is not None,
+                  "must be empty or 64 lowercase hex digits")

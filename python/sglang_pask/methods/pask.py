@@ -58,7 +58,6 @@ the same lookup over every request (no scorer: a batch carries no attention stat
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Optional
@@ -66,6 +65,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, Optional
 import numpy as np
 
 from sglang_pask.methods.base import CacheView, KVMethod, Selection, split_slots
+from sglang_pask.methods.learned import check_scorer_option
 from sglang_pask.methods.padded import PaddedBatch, top_n_mask
 from sglang_pask.methods.residual import OBSERVATION, ResidualScorer
 from sglang_pask.methods.scorer import adaptive_split, top_n, union_selection
@@ -176,10 +176,7 @@ class Pask(KVMethod):
         # instance attributes over the class's: the registry's pask needs no statistics and keeps
         # one set per group; one with a scorer needs its statistic (the engines ask the instance),
         # and with per_head keeps one set per KV head
-        self._check("scorer", isinstance(self.scorer, str), "must be a file path (a string)")
-        self._check("scorer_sha256", isinstance(self.scorer_sha256, str) and
-                    re.fullmatch(r"([0-9a-f]{64})?", self.scorer_sha256) is not None,
-                    "must be empty or 64 lowercase hex digits")
+        check_scorer_option(self)
         scorer = self.residual_scorer
         self._check("scorer", not self.scorer or (scorer is not None and scorer.stat == "learned"),
                     "is read only by a residual whose statistic is 'learned'")
