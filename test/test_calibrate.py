@@ -500,10 +500,13 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     """``scorer`` names the statistic a blend reads and whether per KV head; a scorer other than
     ``window`` starts at blend 0.5 (so the axis, visited at blend 0, tries it); the lookup keeps
     the fields at their defaults, so its files and hashes do not change."""
-    from sglang_pask.calibrate.family import BLEND_AXES, SCORER_BLEND, SCORERS, START, Member, compile_policy
+    from sglang_pask.calibrate.family import (BLEND_AXES, LEARNED_AXES, LEARNED_SCORERS, SCORER_BLEND, SCORERS,
+                                              START, Member, compile_policy)
     from sglang_pask.policy.binding import ModelBinding
 
-    assert list(BLEND_AXES)[-3:] == ["scorer", "split", "blend"] and set(BLEND_AXES["scorer"]) == set(SCORERS)
+    assert list(BLEND_AXES)[-3:] == ["scorer", "split", "blend"]
+    assert set(BLEND_AXES["scorer"]) == set(SCORERS) - set(LEARNED_SCORERS)  # no scorer file: no learned one
+    assert LEARNED_AXES["scorer"] == LEARNED_SCORERS == ("learned", "learned/heads")
     m = Member(window_frac=0.25, top_k=0, alpha=0.0, scorer="kvzip/heads")
     assert m.blend == SCORER_BLEND and m.label.endswith(" blend=0.5 scorer=kvzip/heads")
     assert Member(window_frac=0.25, top_k=0, alpha=0.0, blend=0.25, scorer="kvzip").blend == 0.25
@@ -516,6 +519,66 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     assert (pol.residual.blend, pol.residual.stat, pol.residual.per_head) == (0.5, "kvzip", True)
     lookup = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.33, START, 200.0).document()
     assert not {"residual", "attention_blend", "attention_stat", "head_split", "residual_split"} & set(lookup)
+
+
+def test_learned_members_pin_their_scorer_and_write_it_beside_the_policy(tmp_path):
+    """A member whose scorer is learned compiles to a residual that names the scorer file and pins
+    its sha256; the policy hashes by the pin, not the path; written out, the policy gets the scorer
+    beside it and loads and builds a pask that reads it; a changed file, a missing one, or another
+    model's scorer are refused naming the file; none without --scorer."""
+    import json
+    import shutil
+
+    from sglang_pask.calibrate.family import Member, compile_policy
+    from sglang_pask.methods import make_method
+    from sglang_pask.methods.learned import scorer_sha256
+    from sglang_pask.policy import PolicyError, load_policy, save_policy
+    from sglang_pask.policy.binding import ModelBinding
+    from sglang_pask.policy.digest import policy_hash
+
+    shipped = Path(__file__).resolve().parents[1] / "policies" / "pask-tiny-fc.kvzap.safetensors"
+    here = tmp_path / "scorer" / shipped.name
+    here.parent.mkdir()
+    shutil.copyfile(shipped, here)
+    sha = scorer_sha256(here)
+    binding = ModelBinding.from_model(str(FC))
+    score = [{"TOOL_NAME": 1.0}, {"TOOL_NAME": 0.5}]
+    dist = [{"0.2": 0.1}, {"0.2": 0.2}]
+    m = Member(window_frac=0.0, top_k=0, alpha=0.0, scorer="learned/heads", split="scores")
+    with pytest.raises(ValueError, match="needs a scorer file"):
+        compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.2, m, 200.0)
+    pol = compile_policy(binding, [[0, 1], [2, 3]], score, dist, 0.2, m, 200.0, scorer=(str(here), sha))
+    assert (pol.residual.stat, pol.residual.per_head, pol.residual.scorer, pol.residual.scorer_sha256) == (
+        "learned", True, shipped.name, sha)
+    assert pol.scorer_path == str(here)
+    out = tmp_path / "out" / "p.json"
+    out.parent.mkdir()
+    save_policy(pol, out)
+    assert (out.parent / shipped.name).read_bytes() == shipped.read_bytes()
+    back = load_policy(out, model_dir=str(FC))
+    assert back == pol and policy_hash(back) == policy_hash(pol) and back.scorer_path == str(out.parent / shipped.name)
+    kv = make_method("pask", 0.2, policy=back)
+    assert (kv.scorer, kv.scorer_sha256, kv.needs_attention) == (back.scorer_path, sha, "learned_heads")
+    # the pin is part of the policy's identity
+    doc = json.loads(out.read_text())
+    doc["residual"]["scorer_sha256"] = "0" * 64
+    (out.parent / "other.json").write_text(json.dumps(doc))
+    with pytest.raises(PolicyError, match="has sha256 .* the policy pins 0000"):
+        load_policy(out.parent / "other.json")
+    (out.parent / shipped.name).unlink()
+    with pytest.raises(PolicyError, match="cannot be read .* beside the policy file"):
+        load_policy(out)
+    doc["residual"]["scorer"] = "../x.safetensors"
+    (out.parent / "other.json").write_text(json.dumps(doc))
+    with pytest.raises(PolicyError, match="residual.scorer = '../x.safetensors'"):
+        load_policy(out.parent / "other.json")
+    # a scorer fitted for another model: refused naming both
+    doc = json.loads(out.read_text())
+    doc["model"] = ModelBinding.from_model(str(FC.parent / "tiny-random-qwen3")).model_dump()
+    shutil.copyfile(shipped, out.parent / shipped.name)
+    (out.parent / "other.json").write_text(json.dumps(doc))
+    with pytest.raises(PolicyError, match="fitted for model"):
+        load_policy(out.parent / "other.json")
 
 
 def test_split_members_rank_the_residual_and_hold_no_shares():

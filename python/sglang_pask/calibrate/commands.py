@@ -62,6 +62,12 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "(window_frac=0.25, top_k=0, alpha=0, sinks=4, tilt=0, rank=total) with these fields "
                         "set, e.g. rank=joint,window_frac=0,blend=0.5,scorer=kvzip/heads,split=scores "
                         "(the attention-informed region, with --attention-blend)")
+    p.add_argument("--scorer", default="", metavar="FILE",
+                   help="with --attention-blend: the learned scorer (`pask fit-scorer`, fitted for --model on "
+                        "train prompts) the residual reads in place of the attention statistics -- the family's "
+                        "scorer axis becomes learned / learned per KV head, so every policy it writes needs no "
+                        "reconstruction forward; each such policy pins the file by name and sha256 and gets a "
+                        "copy beside it")
     p.add_argument("--baseline", default="snapkv", metavar="METHOD[:OPT=V...]",
                    help="the method every search member and the held-out check are paired with, at the same "
                         "schedule and budget: pass the strongest one on calib (default snapkv, per KV head; "
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
                      reuse_stages=args.reuse_stages, attention_blend=args.attention_blend,
-                     search_start=args.search_start,
+                     search_start=args.search_start, scorer=args.scorer,
                      baseline=args.baseline, folds=args.folds, reuse_search=tuple(args.reuse_search))
         from pathlib import Path
 

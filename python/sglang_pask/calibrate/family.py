@@ -50,6 +50,8 @@ the lookup's start, where every budget slot is taken by a recent window and floo
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -60,7 +62,7 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "BLEND_AXES", "JOINT_RANKS", "PINS", "SPLITS", "START", "sensitivity_score",
+__all__ = ["Member", "AXES", "BLEND_AXES", "LEARNED_AXES", "LEARNED_SCORERS", "JOINT_RANKS", "PINS", "SPLITS", "START", "sensitivity_score",
            "class_order", "joint_score", "residual_shares", "compile_policy", "parse_start"]
 
 
@@ -116,10 +118,15 @@ PINS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: a member's ``scorer`` -> the policy's residual (stat, per_head): SnapKV's window votes or
-#: KVzip's reconstruction scores, one set per group or per KV head
+#: a member's ``scorer`` -> the policy's residual (stat, per_head): SnapKV's window votes,
+#: KVzip's reconstruction scores, or the learned scorer's prediction of them (no extra forward;
+#: needs ``pask calibrate --scorer FILE``), one set per group or per KV head
 SCORERS: dict[str, tuple[str, bool]] = {"window": ("window", False), "window/heads": ("window", True),
-                                        "kvzip": ("kvzip", False), "kvzip/heads": ("kvzip", True)}
+                                        "kvzip": ("kvzip", False), "kvzip/heads": ("kvzip", True),
+                                        "learned": ("learned", False), "learned/heads": ("learned", True)}
+#: the scorers that read the learned scorer (the family searched with ``--scorer``: in place of
+#: the attention statistics, so its policies need no reconstruction forward)
+LEARNED_SCORERS = tuple(k for k, (stat, _) in SCORERS.items() if stat == "learned")
 #: the blend a member that names a scorer other than ``window`` gets when it has none (so the
 #: scorer axis, visited at blend 0, tries every statistic; the blend axis then tunes it)
 SCORER_BLEND = 0.5
@@ -142,8 +149,11 @@ AXES: dict[str, tuple] = {
 JOINT_RANKS = ("joint",)
 #: the attention-informed family (``pask calibrate --attention-blend``): :data:`AXES` plus the
 #: blend, visited last; its policies run on the reference runner only, so it is opt-in
-BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(SCORERS), "split": SPLITS,
-                                 "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
+BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(k for k in SCORERS if k not in LEARNED_SCORERS),
+                                 "split": SPLITS, "blend": (0.0, 0.25, 0.5, 0.75, 1.0)}
+#: the learned-scorer family (``pask calibrate --attention-blend --scorer FILE``): the residual
+#: reads only the learned scorer
+LEARNED_AXES: dict[str, tuple] = {**BLEND_AXES, "scorer": LEARNED_SCORERS}
 #: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
 START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 
@@ -215,12 +225,13 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
                    distortion: list[dict[str, float]], budget: float, member: Member, prompt_len: float,
                    calibration: dict | None = None, name: str | None = None,
                    tokens: dict[str, float] | None = None, point: OperatingPoint | None = None,
-                   joint: dict[str, float] | None = None) -> Policy:
+                   joint: dict[str, float] | None = None, scorer: tuple[str, str] | None = None) -> Policy:
     """The policy of ``member`` at ``budget``, recording ``point``, the operating point it was
     calibrated under (default: prefill schedule, no segment) (``score``: :func:`sensitivity_score`;
     ``distortion``: D[g] keyed by :func:`~.distortion.budget_key`; ``tokens``: the classes' mean
     token counts, for ``member.rank == "density"`` or ``"joint"``; ``joint``: :func:`joint_score`, for
-    ``"joint"``)."""
+    ``"joint"``; ``scorer``: the learned scorer's ``(path, sha256)``, for a member whose scorer is
+    learned: the policy pins it by file name and hash, and resolves it in the file's folder)."""
     names = [c.name for c in PRECEDENCE]
     priority, floor = [], []
     for s, probed in zip(score, class_order(score, member.rank, tokens, joint)):
@@ -230,7 +241,13 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         pins = PINS[member.pin]
         floor.append({n: (1.0 if n in pins else member.floor if n in top else 0.0) for n in names})
     d = [row[budget_key(budget)] for row in distortion]
-    return Policy.model_validate({
+    stat, per_head = SCORERS[member.scorer]
+    residual = {"blend": member.blend, "stat": stat, "per_head": per_head, "split": member.split}
+    if member.blend and stat == "learned":
+        if scorer is None:
+            raise ValueError(f"member {member.label}: the learned statistic needs a scorer file (--scorer)")
+        residual.update(scorer=os.path.basename(scorer[0]), scorer_sha256=scorer[1])
+    policy = Policy.model_validate({
         "name": name,
         "note": f"calibrated ({member.label}): pask calibrate",
         "model": binding.model_dump(),
@@ -242,8 +259,10 @@ def compile_policy(binding: ModelBinding, groups: Sequence[Sequence[int]], score
         "sinks": member.sinks,
         "recent_window": int(round(member.window_frac * budget * prompt_len)),
         "budget": budget,
-        "residual": {"blend": member.blend, "stat": SCORERS[member.scorer][0], "per_head": SCORERS[member.scorer][1],
-                     "split": member.split} if member.blend else None,
+        "residual": residual if member.blend else None,
         "operating_point": (point or OperatingPoint(schedule="prefill")).record(),
         "calibration": calibration,
     })
+    if policy.scorer_path:
+        policy._origin = os.path.dirname(os.path.abspath(scorer[0]))
+    return policy

@@ -30,6 +30,8 @@ from sglang_pask.calibrate.family import (
     AXES,
     BLEND_AXES,
     JOINT_RANKS,
+    LEARNED_AXES,
+    LEARNED_SCORERS,
     Member,
     compile_policy,
     joint_score,
@@ -99,11 +101,25 @@ class Config:
     folds: int = 0
     #: where the search starts (:func:`~.family.parse_start`; empty: :data:`~.family.START`)
     search_start: str = ""
+    #: the learned scorer file (``pask fit-scorer``) the attention-informed family reads in place of
+    #: the attention statistics (:data:`~.family.LEARNED_AXES`); empty: KVzip's and SnapKV's
+    scorer: str = ""
 
     @property
     def axes(self) -> dict:
         """The family axes the search visits."""
-        return BLEND_AXES if self.attention_blend else AXES
+        if not self.attention_blend:
+            return AXES
+        return LEARNED_AXES if self.scorer else BLEND_AXES
+
+    @property
+    def scorer_pin(self) -> Optional[tuple[str, str]]:
+        """``(path, sha256)`` of :attr:`scorer`, or None."""
+        if not self.scorer:
+            return None
+        from sglang_pask.methods.learned import scorer_sha256
+
+        return self.scorer, scorer_sha256(self.scorer)
 
     @property
     def point(self) -> OperatingPoint:
@@ -116,7 +132,7 @@ class Config:
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
                             "search_passes", "search_objective", "reuse_stages", "attention_blend",
-                            "baseline", "folds", "reuse_search", "search_start")}
+                            "baseline", "folds", "reuse_search", "search_start", "scorer")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -138,6 +154,8 @@ class Config:
             key["folds"] = self.folds
         if self.search_start:
             key["search_start"] = self.search_start
+        if self.scorer:  # the scorer's bytes, not where its file lies
+            key["scorer_sha256"] = self.scorer_pin[1]
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -166,6 +184,21 @@ class Config:
         start = parse_start(self.search_start)  # raises naming a bad field
         if (start.blend or start.scorer != "window" or start.split != "share") and not self.attention_blend:
             raise ValueError(f"--search-start {self.search_start}: an attention-informed start needs --attention-blend")
+        if self.scorer and not self.attention_blend:
+            raise ValueError("--scorer is read by the attention-informed family: add --attention-blend")
+        if self.scorer:
+            from sglang_pask.methods.learned import LearnedScorer, ScorerError
+            from sglang_pask.policy.binding import ModelBinding
+
+            try:
+                LearnedScorer.load(self.scorer, ModelBinding.from_model(self.model), self.model)
+            except ScorerError as e:
+                raise ValueError(f"--scorer: {e}") from None
+        learned = start.scorer in LEARNED_SCORERS
+        if start.blend and learned != bool(self.scorer):
+            raise ValueError(f"--search-start {self.search_start}: scorer={start.scorer} "
+                             + ("needs --scorer FILE" if learned else "is not in the learned family (--scorer): "
+                                f"use one of {', '.join(LEARNED_SCORERS)}"))
         if self.folds == 1 or self.folds < 0 or self.folds > self.fit_n:
             raise ValueError(f"--folds must be 0 (none) or in 2..--fit-n ({self.fit_n}), got {self.folds}")
         from sglang_pask.methods import METHODS, make_method
@@ -214,10 +247,9 @@ def _bar(total: int, desc: str):
 
 
 def _split(entries, cfg: Config):
-    order = np.random.default_rng(cfg.seed).permutation(len(entries))
-    fit = [entries[i] for i in order[: cfg.fit_n]]
-    rest = order[cfg.fit_n:] if cfg.check_n is None else order[cfg.fit_n: cfg.fit_n + cfg.check_n]
-    return fit[: cfg.probe_n], fit, [entries[i] for i in rest]
+    from sglang_pask.eval.data import calibration_split
+
+    return calibration_split(entries, cfg.seed, cfg.fit_n, cfg.probe_n, cfg.check_n)
 
 
 def _cached(path: Path, key: dict) -> dict:
@@ -239,7 +271,8 @@ REUSABLE_STAGES = ("sensitivity", "distortion", "joint")
 
 #: configuration fields that only the search and the check read: a record that differs in them
 #: measured the same sensitivity and distortion
-SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend", "baseline", "folds")
+SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend", "baseline", "folds",
+               "scorer_sha256")
 
 
 #: what a record written before a configuration field existed measured under (no segment rule)
@@ -275,7 +308,7 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
 
 #: configuration fields a record whose scored members are reused may differ in (the members are
 #: the same policies scored on the same fit entries, paired with the same baseline)
-SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets")
+SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets", "scorer_sha256")
 
 
 def reused_rows(path: str, key: dict, budget: str, passes: int) -> tuple[dict, Optional[list], Optional[str]]:
@@ -366,6 +399,7 @@ def calibrate(cfg: Config) -> dict:
     record = {"data": cfg.data, "split": "calib", "samples": len(probe), "sensitivity": score,
               "distortion": doc["distortion"], "tool_version": version, "date": date, "seed": cfg.seed}
     name = out.stem
+    scorer_pin = cfg.scorer_pin
     searches = doc.setdefault("search", {})
     checks = doc.setdefault("check", {})
     chosen = {}
@@ -374,7 +408,8 @@ def calibrate(cfg: Config) -> dict:
         k = f"{b:g}"
         def member_policy(m: Member, b=b, k=k):
             return compile_policy(binding, groups, score, doc["distortion"], b, m, prompt_len, record, f"{name}@{k}",
-                                  tokens=doc["sensitivity"].get("tokens"), point=cfg.point, joint=joint)
+                                  tokens=doc["sensitivity"].get("tokens"), point=cfg.point, joint=joint,
+                                  scorer=scorer_pin)
 
         if k not in searches:
             t = time.perf_counter()

@@ -10,6 +10,12 @@ An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer
                                         category with <= K), e.g. ``bfcl:all:eval=25`` (seed 0)
   ``bfcl:CATS:calib=K[:seed=S]``        the rest of each category in that order: disjoint by id
                                         from ``eval=K`` with the same seed (for ``pask calibrate``)
+  ``bfcl:CAT=K,CAT=K:eval[:seed=S]``    per-category sizes (a category's own ``=K`` wins over a
+                                        default ``eval=K``), e.g. ``bfcl:simple_python=90,multiple=50:eval``
+  ``...:exclude=RECORD``                 drop the entries a calibration used (``RECORD``: the
+                                        ``.calibration.json`` that ``pask calibrate`` wrote; its own
+                                        data spec, seed and sizes say which), so an eval subset larger
+                                        than the one that calibration held out stays disjoint from it
   ``synthetic:SPLIT:N[:PROFILE]``       N generated entries of split train|calib|eval (synthetic.py)
   ``synthetic:SPLIT:N[:PROFILE]:group=K`` the same in blocks of K (1..64) consecutive entries
                                         sharing one tools block, e.g. ``synthetic:eval:200:tiny:group=10``
@@ -37,6 +43,8 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "stratified",
+    "calibration_split",
+    "calibration_ids",
     "entry_from_bfcl",
 ]
 
@@ -89,14 +97,31 @@ def load_dir(path: str | Path) -> list[Entry]:
 
 
 def _parse_bfcl(spec: str, rest: str) -> dict:
-    form = "bfcl:CATS[:eval=K|:calib=K][:seed=S]"
+    form = "bfcl:CATS[:eval=K|:calib=K][:seed=S][:exclude=RECORD] (CATS: all or CAT[=K],...)"
     cats_part, *opts = rest.split(":")
-    cats = list(BFCL_CATEGORIES) if cats_part in ("", "all") else [c.strip() for c in cats_part.split(",") if c.strip()]
+    sizes: dict[str, int] = {}
+    cats = []
+    for item in ([] if cats_part in ("", "all") else cats_part.split(",")):
+        cat, eq, k = item.strip().partition("=")
+        if eq:
+            if not k.isdigit() or int(k) < 1:
+                raise ValueError(f"bad spec {spec!r}: {cat}={k!r} must be a positive integer")
+            sizes[cat] = int(k)
+        if cat:
+            cats.append(cat)
+    cats = cats or list(BFCL_CATEGORIES)
     out: dict = {"spec": spec, "kind": "bfcl", "categories": cats}
     for opt in opts:
         key, eq, value = opt.partition("=")
-        if not eq or key not in ("eval", "calib", "seed") or key in out or (key != "seed" and "split" in out):
+        if key in ("eval", "calib") and not eq and sizes and "split" not in out:
+            out["split"] = key
+            continue
+        if not eq or key not in ("eval", "calib", "seed", "exclude") or key in out or (
+                key in ("eval", "calib") and "split" in out):
             raise ValueError(f"bad spec {spec!r}: unknown or repeated option {opt!r} (expected {form})")
+        if key == "exclude":
+            out["exclude"] = value
+            continue
         if not value.isdigit() or (key != "seed" and int(value) < 1):
             kind = "non-negative" if key == "seed" else "positive"
             raise ValueError(f"bad spec {spec!r}: {key}={value!r} must be a {kind} integer")
@@ -104,8 +129,14 @@ def _parse_bfcl(spec: str, rest: str) -> dict:
             out["seed"] = int(value)
         else:
             out["split"], out["per_category"] = key, int(value)
-    if "seed" in out and "split" not in out:
-        raise ValueError(f"bad spec {spec!r}: seed= needs eval=K or calib=K (expected {form})")
+    if ("seed" in out or sizes) and "split" not in out:
+        what = "seed=" if "seed" in out else "CAT=K"
+        raise ValueError(f"bad spec {spec!r}: {what} needs eval=K or calib=K (expected {form})")
+    missing = [c for c in cats if c not in sizes and "per_category" not in out]
+    if "split" in out and missing:
+        raise ValueError(f"bad spec {spec!r}: no size for {', '.join(missing)} (give CAT=K or eval=K)")
+    if sizes:
+        out["sizes"] = sizes
     if "split" in out:
         out.setdefault("seed", 0)
     return out
@@ -120,17 +151,48 @@ def bfcl_order(entries: list[Entry], seed: int) -> list[Entry]:
 
 
 def _bfcl_subset(d: dict) -> list[Entry]:
-    """The entries of a parsed bfcl spec: every entry, or per category the first ``per_category``
-    of :func:`bfcl_order` (``eval``) or the rest (``calib``)."""
+    """The entries of a parsed bfcl spec: every entry, or per category the first ``K`` of
+    :func:`bfcl_order` (``eval``) or the rest (``calib``); without those a calibration's entries
+    (``exclude``)."""
     entries = load_bfcl(d["categories"])
-    if "split" not in d:
-        return entries
-    out: list[Entry] = []
-    for cat in d["categories"]:
-        ordered = bfcl_order([e for e in entries if e.category == cat], d["seed"])
-        k = d["per_category"]
-        out.extend(ordered[:k] if d["split"] == "eval" else ordered[k:])
-    return out
+    if "split" in d:
+        out: list[Entry] = []
+        for cat in d["categories"]:
+            ordered = bfcl_order([e for e in entries if e.category == cat], d["seed"])
+            k = d.get("sizes", {}).get(cat, d.get("per_category"))
+            out.extend(ordered[:k] if d["split"] == "eval" else ordered[k:])
+        entries = out
+    if "exclude" in d:
+        used = calibration_ids(d["exclude"])
+        entries = [e for e in entries if (e.category, e.id) not in used]
+    return entries
+
+
+def calibration_split(entries: list, seed: int, fit_n: int, probe_n: int, check_n: int | None):
+    """The entries a calibration uses, as ``pask calibrate`` cuts them: a seeded permutation; the
+    first ``fit_n`` fit (the first ``probe_n`` of them probe S and D), then ``check_n`` held-out
+    check entries (every other one when None). Returns ``(probe, fit, check)``."""
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(entries))
+    fit = [entries[i] for i in order[:fit_n]]
+    rest = order[fit_n:] if check_n is None else order[fit_n: fit_n + check_n]
+    return fit[:probe_n], fit, [entries[i] for i in rest]
+
+
+def calibration_ids(record: str | Path) -> set[tuple[str, str]]:
+    """``(category, id)`` of every entry the calibration that wrote ``record`` (its
+    ``.calibration.json``) used: fit and check."""
+    path = Path(record)
+    try:
+        cfg = json.loads(path.read_text())["config"]
+        spec, seed, fit_n, probe_n = cfg["data"], cfg["seed"], cfg["fit_n"], cfg["probe_n"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"exclude={record}: not a calibration record ({type(e).__name__}: {e})") from e
+    if parse_spec(spec).get("exclude"):
+        raise ValueError(f"exclude={record}: its data spec {spec!r} excludes again; give the first record")
+    _, fit, check = calibration_split(load_spec(spec), seed, fit_n, probe_n, cfg.get("check_n"))
+    return {(e.category, e.id) for e in fit + check}
 
 
 def stratified(entries: list[Entry], n: int) -> list[Entry]:

@@ -138,7 +138,8 @@ class Pask(KVMethod):
     span_delimiters: bool = True
     residual: Optional[ResidualScorer] = None
     #: the learned scorer's file and its pin, read by a residual whose statistic is ``learned``
-    #: (the engines load it as they load :class:`~.kvzap.KVzap`'s; empty otherwise)
+    #: (the engines load it as they load :class:`~.kvzap.KVzap`'s; empty otherwise). Empty with a
+    #: policy that pins one: the policy's (:attr:`~sglang_pask.policy.Policy.scorer_path`)
     scorer: str = ""
     scorer_sha256: str = ""
     policy_name: Optional[str] = field(init=False, default=None)
@@ -176,8 +177,12 @@ class Pask(KVMethod):
         # instance attributes over the class's: the registry's pask needs no statistics and keeps
         # one set per group; one with a scorer needs its statistic (the engines ask the instance),
         # and with per_head keeps one set per KV head
-        check_scorer_option(self)
         scorer = self.residual_scorer
+        if not self.scorer and scorer is not None and scorer.stat == "learned" and self.policy.scorer_path:
+            # the policy's own scorer (its residual pins the file beside it)
+            self._set("scorer", self.policy.scorer_path)
+            self._set("scorer_sha256", self.policy.residual.scorer_sha256)
+        check_scorer_option(self)
         self._check("scorer", not self.scorer or (scorer is not None and scorer.stat == "learned"),
                     "is read only by a residual whose statistic is 'learned'")
         self._set("needs_attention", scorer.needs_attention if scorer else None)

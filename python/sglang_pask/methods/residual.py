@@ -73,8 +73,9 @@ class ResidualScorer:
 
     @classmethod
     def from_block(cls, block) -> Optional["ResidualScorer"]:
-        """From a policy's ``residual`` block (None: None)."""
-        return None if block is None else cls(**block.model_dump())
+        """From a policy's ``residual`` block (None: None; the scorer file it may pin is the
+        :class:`~.pask.Pask`'s, :attr:`~sglang_pask.policy.Policy.scorer_path`)."""
+        return None if block is None else cls(**{k: getattr(block, k) for k in rule.DEFAULTS})
 
     @classmethod
     def from_legacy(cls, options: Mapping[str, Any], base: Optional["ResidualScorer"] = None,

@@ -40,8 +40,10 @@ def check(args: argparse.Namespace) -> int:
         return 1
     kind = "calibrated" if p.calibration is not None else "uncalibrated (prior)"
     point = p.point.describe() if p.point is not None else f"none ({p.format}: the engines' defaults)"
+    scorer = (f", learned scorer {p.residual.scorer} (sha256 {p.residual.scorer_sha256[:12]}..., verified)"
+              if p.scorer_path else "")
     print(f"ok: {args.file}: {kind}, {p.num_groups} groups, budget {p.budget:g}, {p.model.shape()}, "
-          f"operating point: {point}")
+          f"operating point: {point}{scorer}")
     return 0
 
 

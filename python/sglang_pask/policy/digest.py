@@ -18,12 +18,16 @@ def canonical_json(policy: "Policy") -> str:
 
     The ``residual`` block is hashed in its old spelling, the top-level fields
     ``attention_blend`` / ``attention_stat`` / ``head_split`` / ``residual_split`` each left out at
-    its default (:func:`~.residual.legacy_fields`): a file written before the block existed and
+    its default (:func:`~.residual.legacy_fields`), and a pinned learned scorer by its sha256 alone
+    (``residual_scorer_sha256``; not its file name): a file written before the block existed and
     its conversion give the same string, and so the same :func:`policy_hash`, which run records
     and report rows key on. A new field that changes what a policy does must be added to the
     string; one that is left out at its default keeps every older policy's hash."""
     doc = policy.document()
-    doc.update(legacy_fields(doc.pop("residual", None)))
+    block = doc.pop("residual", None)
+    doc.update(legacy_fields(block))
+    if block and block.get("scorer_sha256"):  # the scorer's bytes, not where the file lies
+        doc["residual_scorer_sha256"] = block["scorer_sha256"]
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 

@@ -95,10 +95,43 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
         policy = Policy.model_validate(doc)
     except ValidationError as e:
         raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
+    policy._origin = os.path.dirname(os.path.abspath(path))
+    if policy.scorer_path:
+        check_scorer_pin(policy, what=f"policy file {path!r}")
     if model_dir is not None:
         check_binding(policy, model_dir, what=f"policy file {path!r}")
     _warn_old_file(path, doc, policy)
     return policy
+
+
+def check_scorer_pin(policy: "Policy", what: str = "policy") -> None:
+    """Raise :class:`PolicyError` unless the learned scorer the policy's residual pins is a file
+    whose bytes have the pinned sha256, fitted for the policy's model (its header's binding; the
+    engines check it again against the served model when they load it)."""
+    path = policy.scorer_path
+    try:
+        have = _sha256(path)
+    except OSError as e:
+        raise PolicyError(f"{what}: its learned scorer {policy.residual.scorer!r} cannot be read "
+                          f"({e.strerror or e}; it must lie beside the policy file)") from None
+    if have != policy.residual.scorer_sha256:
+        raise PolicyError(f"{what}: its learned scorer {path!r} has sha256 {have}, the policy pins "
+                          f"{policy.residual.scorer_sha256}")
+    # the scorer's own binding (its header, read as data) against the policy's model
+    from sglang_pask.policy.binding import ModelBinding
+
+    try:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="np") as f:
+            fitted = ModelBinding.model_validate(json.loads((f.metadata() or {})["pask_scorer"])["model"])
+    except Exception as e:  # noqa: BLE001 -- any unreadable header is one line
+        raise PolicyError(f"{what}: its learned scorer {path!r} has no readable model binding "
+                          f"({type(e).__name__}: {e})") from None
+    want = policy.model
+    if fitted.shape() != want.shape() or fitted.fingerprint != want.fingerprint:
+        raise PolicyError(f"{what} is for model {want.fingerprint} ({want.shape()}), but its learned scorer "
+                          f"{path!r} was fitted for model {fitted.fingerprint} ({fitted.shape()})")
 
 
 def check_binding(policy: "Policy", model_dir: str | os.PathLike, what: str = "policy") -> None:
@@ -124,10 +157,33 @@ def check_binding(policy: "Policy", model_dir: str | os.PathLike, what: str = "p
 
 def save_policy(policy: "Policy", path: str | os.PathLike) -> None:
     """Write ``policy`` as indented JSON (stable key order: the schema's field order; a list of
-    scalars on one line)."""
+    scalars on one line). A policy whose residual pins a learned scorer gets the scorer file beside
+    it (copied from where the policy found it, unless the same bytes are already there): the file
+    names it, not its path."""
     text = _dumps(policy.document()) + "\n"
+    if policy.scorer_path:
+        import shutil
+
+        check_scorer_pin(policy, what=f"policy {policy.name!r}")
+        dest = os.path.join(os.path.dirname(os.path.abspath(path)), policy.residual.scorer)
+        if os.path.abspath(dest) != os.path.abspath(policy.scorer_path):
+            if os.path.exists(dest) and _sha256(dest) != policy.residual.scorer_sha256:
+                raise PolicyError(f"cannot write {os.fspath(path)!r}: {dest!r} holds another scorer "
+                                  f"(sha256 {_sha256(dest)}, the policy pins {policy.residual.scorer_sha256})")
+            if not os.path.exists(dest):
+                shutil.copyfile(policy.scorer_path, dest)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _dumps(v: Any, indent: str = "") -> str:

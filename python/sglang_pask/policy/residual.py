@@ -80,7 +80,7 @@ def from_legacy(values: Mapping[str, Any], base: Optional[Mapping[str, Any]] = N
 
 def legacy_fields(block: Optional[Mapping[str, Any]]) -> dict:
     """The old top-level spelling of ``block`` (None: the lookup), each field left out at its
-    default, as files wrote them before the block existed."""
+    default, as files wrote them before the block existed (a learned scorer's pin has none)."""
     if block is None:
         return {}
     return {LEGACY[k]: block[k] for k in DEFAULTS if block[k] != DEFAULTS[k]}

@@ -12,7 +12,9 @@ names)::
      "residual_share": [0.5, 0.5],               # per group, >= 0, sums to 1
      "sinks": 4, "recent_window": 16, "budget": 0.33,
      "residual": {"blend": 0.5, "stat": "kvzip", # optional (absent: the pure lookup): the
-                  "per_head": true, "split": "scores"},  # residual scorer, see .residual
+                  "per_head": true, "split": "scores"},  # residual scorer, see .residual; with
+                  # "stat": "learned" also "scorer": FILE, "scorer_sha256": HEX (the learned
+                  # scorer's sidecar, beside the policy file, pinned by its bytes' sha256)
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
@@ -30,7 +32,7 @@ import math
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from sglang_pask.policy import residual as residual_rule
 from sglang_pask.policy.binding import ModelBinding
@@ -88,6 +90,17 @@ class ResidualModel(BaseModel):
     stat: str = "window"
     per_head: bool = False
     split: str = "share"
+    #: the learned scorer a ``learned`` statistic reads: a file name resolved in the policy file's
+    #: folder (:attr:`Policy.scorer_path`), and the sha256 of its bytes; absent for other statistics
+    scorer: Optional[str] = None
+    scorer_sha256: Optional[str] = None
+
+    def model_dump(self, **kw):  # the four settings only unless a scorer is pinned (files as before)
+        out = super().model_dump(**kw)
+        if out.get("scorer") is None and out.get("scorer_sha256") is None:
+            out.pop("scorer", None)
+            out.pop("scorer_sha256", None)
+        return out
 
 
 class Policy(BaseModel):
@@ -114,6 +127,26 @@ class Policy(BaseModel):
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
+    #: the folder the policy was read from (:func:`~.document.load_policy`; None: built in code,
+    #: relative names resolve from the working directory)
+    _origin: Optional[str] = PrivateAttr(default=None)
+
+    def __eq__(self, other) -> bool:  # the document's values; not where the file was read from
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # mutable, as pydantic's models
+
+    @property
+    def scorer_path(self) -> Optional[str]:
+        """The learned scorer file the residual pins (its ``scorer`` resolved in the policy's
+        folder), or None when the residual reads no learned scorer."""
+        import os
+
+        if self.residual is None or not self.residual.scorer:
+            return None
+        return os.path.join(self._origin or "", self.residual.scorer)
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +168,8 @@ class Policy(BaseModel):
         doc = self.model_dump(mode="json")
         if doc["residual"] is None:
             del doc["residual"]
+        else:
+            doc["residual"] = self.residual.model_dump(mode="json")
         return doc
 
     # ---- lookups used by the pask method (class axis: StructClass ints) ----
@@ -225,6 +260,16 @@ def _problems(p: Policy):
             residual_rule.check(r.blend, r.stat, r.per_head, r.split)
         except residual_rule.ResidualError as e:
             yield e.named({k: f"residual.{k}" for k in residual_rule.DEFAULTS})
+        if r.stat == "learned":
+            if not r.scorer or "/" in r.scorer or "\\" in r.scorer:
+                yield (f"residual.scorer = {r.scorer!r}: a residual on the learned statistic names its scorer "
+                       "file, a file name beside the policy (e.g. \"pask-tiny-fc.kvzap.safetensors\")")
+            if not (isinstance(r.scorer_sha256, str) and len(r.scorer_sha256) == 64
+                    and all(ch in "0123456789abcdef" for ch in r.scorer_sha256)):
+                yield f"residual.scorer_sha256 = {r.scorer_sha256!r} must be the scorer file's sha256 (64 lowercase hex)"
+        elif r.scorer is not None or r.scorer_sha256 is not None:
+            yield (f"residual.scorer / scorer_sha256 are read only by the learned statistic (residual.stat is "
+                   f"{r.stat!r})")
     if p.format in OLD_FORMATS and p.operating_point is not None:
         yield f"operating_point needs format {FORMAT!r} (this file says {p.format!r})"
     if p.operating_point is not None:
