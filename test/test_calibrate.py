@@ -500,8 +500,16 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     """``scorer`` names the statistic a blend reads and whether per KV head; a scorer other than
     ``window`` starts at blend 0.5 (so the axis, visited at blend 0, tries it); the lookup keeps
     the fields at their defaults, so its files and hashes do not change."""
-    from sglang_pask.calibrate.family import (BLEND_AXES, LEARNED_AXES, LEARNED_SCORERS, SCORER_BLEND, SCORERS,
-                                              START, Member, compile_policy)
+    from sglang_pask.calibrate.family import (
+        BLEND_AXES,
+        LEARNED_AXES,
+        LEARNED_SCORERS,
+        SCORER_BLEND,
+        SCORERS,
+        START,
+        Member,
+        compile_policy,
+    )
     from sglang_pask.policy.binding import ModelBinding
 
     assert list(BLEND_AXES)[-3:] == ["scorer", "split", "blend"]

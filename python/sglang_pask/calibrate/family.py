@@ -51,7 +51,6 @@ the lookup's start, where every budget slot is taken by a recent window and floo
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,7 +61,8 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "BLEND_AXES", "LEARNED_AXES", "LEARNED_SCORERS", "JOINT_RANKS", "PINS", "SPLITS", "START", "sensitivity_score",
+__all__ = ["Member", "AXES", "BLEND_AXES", "LEARNED_AXES", "LEARNED_SCORERS", "JOINT_RANKS",
+           "PINS", "SPLITS", "START", "sensitivity_score",
            "class_order", "joint_score", "residual_shares", "compile_policy", "parse_start"]
 
 

@@ -266,7 +266,8 @@ def _problems(p: Policy):
                        "file, a file name beside the policy (e.g. \"pask-tiny-fc.kvzap.safetensors\")")
             if not (isinstance(r.scorer_sha256, str) and len(r.scorer_sha256) == 64
                     and all(ch in "0123456789abcdef" for ch in r.scorer_sha256)):
-                yield f"residual.scorer_sha256 = {r.scorer_sha256!r} must be the scorer file's sha256 (64 lowercase hex)"
+                yield (f"residual.scorer_sha256 = {r.scorer_sha256!r} must be the scorer file's sha256 "
+                       "(64 lowercase hex)")
         elif r.scorer is not None or r.scorer_sha256 is not None:
             yield (f"residual.scorer / scorer_sha256 are read only by the learned statistic (residual.stat is "
                    f"{r.stat!r})")
