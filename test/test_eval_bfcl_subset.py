@@ -42,6 +42,10 @@ def test_a_category_list_keeps_its_subset():
     ("bfcl:all:seed=1", "seed= needs eval=K or calib=K"),
     ("bfcl:all:sample=3", "unknown or repeated option 'sample=3'"),
     ("bfcl:all:calib=x", "calib='x' must be a positive integer"),
+    ("bfcl:simple_python=0:eval", "simple_python='0' must be a positive integer"),
+    ("bfcl:simple_python=3", "CAT=K needs eval=K or calib=K"),
+    ("bfcl:simple_python=3,multiple:eval", "no size for multiple"),
+    ("bfcl:all:eval", "unknown or repeated option 'eval'"),
 ])
 def test_malformed_subset_options_are_named(spec, words):
     with pytest.raises(ValueError, match="bad spec") as e:
@@ -68,3 +72,31 @@ def test_stratified_takes_round_robin_over_categories_in_order():
         assert mine == [e.id for e in calib if e.category == cat][:len(mine)]
     everything = stratified(calib, 10**6)
     assert len(everything) == len(calib) and {e.id for e in everything} == {e.id for e in calib}
+
+
+def test_per_category_sizes_and_a_calibrations_entries_excluded(tmp_path):
+    """``CAT=K`` sizes a category's eval subset (a prefix of the same seeded order, so a larger K
+    extends a smaller one); ``exclude=RECORD`` drops exactly the entries that calibration used (its
+    own spec, seed, fit and check sizes say which: :func:`calibration_split`, as ``pask
+    calibrate`` cuts them)."""
+    import json
+
+    from sglang_pask.eval.data import calibration_ids, calibration_split
+
+    small = load_spec("bfcl:simple_python=10,multiple=4:eval")
+    big = load_spec("bfcl:simple_python=60,multiple=4:eval")
+    assert Counter(e.category for e in small) == {"simple_python": 10, "multiple": 4}
+    assert _keys(small) <= _keys(big) and len(big) == 64
+    assert _keys(load_spec("bfcl:simple_python=7,multiple:eval=3")) == _keys(
+        load_spec("bfcl:simple_python:eval=7")) | _keys(load_spec("bfcl:multiple:eval=3"))
+    spec = "bfcl:simple_python,multiple:calib=5"
+    record = tmp_path / "x.calibration.json"
+    record.write_text(json.dumps({"config": {"data": spec, "seed": 0, "fit_n": 30, "probe_n": 10, "check_n": 20}}))
+    probe, fit, check = calibration_split(load_spec(spec), 0, 30, 10, 20)
+    used = _keys(fit) | _keys(check)
+    assert len(used) == 50 and _keys(probe) <= _keys(fit) and calibration_ids(record) == used
+    wide = "bfcl:simple_python=200,multiple=100:eval"
+    kept = load_spec(f"{wide}:exclude={record}")
+    assert not _keys(kept) & used and _keys(kept) == _keys(load_spec(wide)) - used
+    with pytest.raises(ValueError, match="not a calibration record"):
+        load_spec(f"{wide}:exclude={tmp_path / 'missing.json'}")

@@ -126,6 +126,59 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retention_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--full", required=True, metavar="DIR", help="the Full KV run (`pask eval` / `pask sweep` folder)")
+    p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
+                   help="a compressed run on the same entries (repeatable; rows in this order)")
+    p.add_argument("--reference", default=None, metavar="LABEL",
+                   help="a --run label every other row is paired with (retention difference, 95%% CI)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where retention.md and retention.json go")
+
+
+@command("retention", "of the entries Full KV gets right, the share each compressed run keeps (paired)",
+         _retention_args)
+def _retention(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from sglang_pask.eval.retention import retention_markdown, retention_rows
+
+    def load(folder: str) -> tuple[list[dict], dict]:
+        d = Path(folder)
+        try:
+            recs = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines() if x.strip()]
+            meta = json.loads((d / "run.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{folder}: not a run folder (results.jsonl, run.json): {e}") from None
+        return recs, meta
+
+    try:
+        full, fmeta = load(args.full)
+        runs = {}
+        for spec in args.run:
+            label, eq, folder = spec.partition("=")
+            if not eq or not label or label in runs:
+                raise ValueError(f"--run {spec!r}: expected a new LABEL=DIR")
+            runs[label], meta = load(folder)
+            for k in ("data", "model", "max_tokens", "tool_choice", "temperature"):
+                if meta.get(k) != fmeta.get(k):
+                    raise ValueError(f"--run {label}: its {k} is {meta.get(k)!r}, the Full KV run's {fmeta.get(k)!r}")
+        rows = retention_rows(full, runs, args.reference)
+    except ValueError as e:
+        print(f"pask retention: error: {e}", file=sys.stderr)
+        return 2
+    text = retention_markdown(rows, full)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "retention.md").write_text(text)
+    (out / "retention.json").write_text(json.dumps({"full": args.full, "runs": dict(r.partition("=")[::2]
+                                                                                    for r in args.run),
+                                                    "rows": rows}, indent=1) + "\n")
+    print(text, end="")
+    print(f"wrote {out / 'retention.md'}, {out / 'retention.json'}")
+    return 0
+
+
 def _synth_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", choices=("train", "calib", "eval"), required=True)
     p.add_argument("--n", type=int, required=True, help="number of entries (round-robin over categories)")
