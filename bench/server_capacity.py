@@ -165,7 +165,7 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path, env: dict 
                mean_running_req=round(statistics.mean(running), 2) if running else 0,
                pools=pask.get("pools"), compression_errors=(pask.get("compression") or {}).get("errors"),
                operating_point=pask.get("operating_point"), compression=pask.get("compression"),
-               compression_time=pask.get("compression_time"),
+               compression_time=pask.get("compression_time"), learned_scorer=pask.get("learned_scorer"),
                tree=pask.get("tree"), segments=pask.get("segments"),
                prefill_tokens=new_tokens, cached_tokens=cached,
                cache_hit_rate=round(cached / (new_tokens + cached), 4) if new_tokens + cached else None)
@@ -176,17 +176,22 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path, env: dict 
 
 def parse_points(text: str) -> list[tuple[str, list[str]]]:
     """``--points``: comma list of ``policy`` (no schedule flags: the policy's own operating point,
-    what ``make serve POLICY=...`` runs) or ``SCHEDULE:INTERVAL`` (``--pask-schedule`` and
-    ``--pask-interval`` override it). Returns (label, flags) per point, in order."""
+    what ``make serve POLICY=...`` runs), ``SCHEDULE:INTERVAL`` (``--pask-schedule`` and
+    ``--pask-interval`` override it) or ``FILE.json`` (another policy, at its own operating point and
+    ``--budget``: e.g. the lookup and the learned-scorer policy of one budget in one run). Returns
+    (label, flags) per point, in order."""
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
         if item == "policy":
             out.append(("policy", []))
             continue
+        if item.endswith(".json"):  # another policy file at its own operating point (same budget)
+            out.append((Path(item).stem, ["--pask-policy", item]))
+            continue
         schedule, _, interval = item.partition(":")
         if schedule not in ("prefill", "continuous") or not interval.isdigit() or int(interval) < 1:
-            raise ValueError(f"--points: {item!r} is neither 'policy' nor SCHEDULE:INTERVAL "
-                             "(prefill|continuous, interval >= 1)")
+            raise ValueError(f"--points: {item!r} is neither 'policy', SCHEDULE:INTERVAL "
+                             "(prefill|continuous, interval >= 1) nor a policy FILE.json")
         out.append((f"{schedule}:{interval}", ["--pask-schedule", schedule, "--pask-interval", interval]))
     if not out:
         raise ValueError("--points names no operating point")
@@ -200,7 +205,9 @@ def point_label(server: dict) -> str:
     if "schedule" not in point:
         return server.get("point", "?")
     sched, inter = point["schedule"], point["interval"]
-    return f"{sched['value']}, interval {inter['value']} ({sched['source']})"
+    label = server.get("point") or "policy"
+    file = f"{label}: " if label != "policy" and ":" not in label else ""  # a FILE.json point: its stem
+    return f"{file}{sched['value']}, interval {inter['value']} ({sched['source']})"
 
 
 #: the keys of a server's results that the ratio dictionaries compare
@@ -402,6 +409,14 @@ def compression_share(server: dict):
     return t["compress_s"] / t["step_s"] if t.get("step_s") else None
 
 
+def scorer_share(server: dict):
+    """Seconds the learned scorer spent inside the forwards / seconds of the decode loop (the
+    server's own timers, ``/server_info`` ``learned_scorer`` and ``compression_time``); None when
+    the server runs no learned scorer or timed no decode step."""
+    t, sc = server.get("compression_time") or {}, server.get("learned_scorer") or {}
+    return sc["seconds"] / t["step_s"] if sc and t.get("step_s") else None
+
+
 def ratio_table(cap: dict) -> list[str]:
     """Markdown lines: every PASK row of part 1 against Full, one column per operating point,
     plus the KV bytes each server's KV cache holds (the same by construction)."""
@@ -417,6 +432,10 @@ def ratio_table(cap: dict) -> list[str]:
     shares = [compression_share(cap[r]) for r in rows]
     lines.append("| compression's share of the decode loop (not a ratio) | "
                  + " | ".join("-" if x is None else f"{100 * x:.1f}%" for x in shares) + " |")
+    scorer = [scorer_share(cap[r]) for r in rows]
+    if any(x is not None for x in scorer):
+        lines.append("| learned scorer's share of the decode loop (not a ratio) | "
+                     + " | ".join("-" if x is None else f"{100 * x:.2f}%" for x in scorer) + " |")
     kv = cap["kv_bytes"]
     lines.append(f"| KV bytes of the KV cache | {kv['pask'] / kv['full']:.2f}x ({kv['pask']:,} / {kv['full']:,})"
                  + " |" * len(rows))

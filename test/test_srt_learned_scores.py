@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 pytest.importorskip("sglang")
 
@@ -166,10 +167,13 @@ def test_compress_request_keeps_what_kvzap_selects_from_the_held_positions_score
 
 def test_the_server_runs_a_pask_policy_whose_residual_reads_the_learned_scorer(tmp_path):
     """A policy whose residual statistic is ``learned`` (the ranked 0.2 policy, its statistic
-    swapped) is served with ``--pask-scorer``: the method reads ``learned_heads``, bound to the
-    scorer file; without the flag it is refused by name."""
+    swapped) pins its scorer file beside it: served as it is (no flag), the method reads
+    ``learned_heads``, bound to that file; ``--pask-scorer`` names another copy of it; a policy
+    whose statistic is learned but pins no scorer is refused by name."""
     import json
+    import shutil
 
+    from sglang_pask.methods.learned import scorer_sha256
     from sglang_pask.srt.serving import ServingFlags, build_config
 
     doc = json.loads((ROOT / "policies" / "pask-tiny-fc.ranked.b0.2.json").read_text())
@@ -178,12 +182,18 @@ def test_the_server_runs_a_pask_policy_whose_residual_reads_the_learned_scorer(t
     doc["residual"] = {"blend": 0.5, "stat": "learned", "per_head": True, "split": "scores"}
     path = tmp_path / "learned.json"
     path.write_text(json.dumps(doc))
-    config = build_config(str(path), ServingFlags(scorer=SCORER))
+    with pytest.raises(ValueError, match=r"residual.scorer = None: a residual on the learned statistic names"):
+        build_config(str(path), ServingFlags(scorer=SCORER))
+    doc["residual"].update(scorer=Path(SCORER).name, scorer_sha256=scorer_sha256(SCORER))
+    path.write_text(json.dumps(doc))
+    shutil.copyfile(SCORER, tmp_path / Path(SCORER).name)
+    config = build_config(str(path), ServingFlags())
     assert config.method.name == "pask" and config.method.needs_attention == "learned_heads"
-    assert config.method.scorer == SCORER and len(config.method.scorer_sha256) == 64
+    assert config.method.scorer == str(tmp_path / Path(SCORER).name)
+    assert config.method.scorer_sha256 == scorer_sha256(SCORER)
     assert config.scorer is not None and config.method.adaptive_heads
-    with pytest.raises(ValueError, match=r"--pask-scorer: pask needs a scorer file"):
-        build_config(str(path), ServingFlags())
+    config = build_config(str(path), ServingFlags(scorer=SCORER))  # the flag names the file instead
+    assert config.method.scorer == SCORER and config.scorer is not None
 
 
 def test_the_server_runs_kvzap_with_a_scorer_bound_to_its_model():
