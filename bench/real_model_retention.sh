@@ -8,6 +8,7 @@
 # stronger one for every baseline in the tiny model's calib sweep), at the same budget: StreamingLLM,
 # SnapKV per KV head, AdaKV, Expected Attention, KVzip (kvpress's defaults), and the shipped PASK
 # policy of each budget (calibrated on bfcl calib entries only). Nothing is chosen on these entries.
+# Then, for PASK's right -> wrong flips, what it dropped that the call copies (bench/flip_causes.py).
 # Resumable cell by cell (rerun the same command); hours on 2 cores: run it in the background.
 #   bash bench/real_model_retention.sh
 set -euo pipefail
@@ -39,6 +40,12 @@ for b in $BUDGETS; do
   rows=(--run "pask=$OUT/cells/pask-prefill-$b")
   for m in $BASELINES; do rows+=(--run "${m%%:*}=$OUT/cells/${m//[:=]/+}-prefill-$b"); done
   $PASK retention --full "$OUT/cells/full" "${rows[@]}" --reference pask --out "$RESULTS/b$b"
+done
+for b in $BUDGETS; do  # why PASK loses where it loses: what its right -> wrong flips dropped that the call copies
+  .venv/bin/python bench/flip_causes.py --model "$MODEL" --data "$DATA" --full "$OUT/cells/full" \
+    --run "$OUT/cells/pask-prefill-$b" --method pask --policy "policies/$NAME.b$b.json" --budget "$b" \
+    --out "$RESULTS/b$b" > /dev/null
+  cat "$RESULTS/b$b/flip_causes.md"
 done
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "$RESULTS/wall.txt"
 .venv/bin/python - "$RESULTS" "$DATA" <<'PY'
