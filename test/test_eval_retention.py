@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from sglang_pask.eval.retention import retention_markdown, retention_rows
 
 

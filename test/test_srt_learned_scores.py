@@ -11,11 +11,11 @@ reference runner, through a live server: test_server_attention_parity.py.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from pathlib import Path
 
 pytest.importorskip("sglang")
 
