@@ -8,9 +8,9 @@ does, also on failure):
   second run costs), ``make lint``, ``make results-page``, ``make model``, the two micro-benches;
 * ``make serve`` (the default model): seconds to a healthy server, then every README block marked
   ``readme-test`` that talks to it, each timed, then the stop;
-* ``make serve POLICY=policies/pask-tiny-fc.json`` (the recommended line): start and the same
-  blocks again; ``make serve POLICY=policies/pask-tiny-fc.segment.json SERVE_ARGS="--pask-segment-prefill
-  full"`` (the radix line): start;
+* ``make serve POLICY=policies/pask-tiny-fc.b0.33.json`` (the recommended line): start and the same
+  blocks again; ``make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json
+  SERVE_ARGS="--pask-segment-prefill full"`` (the radix line): start;
 * every other ``readme-test`` block, timed;
 * with ``models/qwen2.5-coder-0.5b-instruct`` built: ``make serve MODEL=...`` start and the
   ``real-model-test`` block.
@@ -147,9 +147,10 @@ def main(argv=None) -> int:
             rows.append({"command": f"{cmd}{label}", "seconds": round(s, 1), "ok": rc == 0})
             print(f"{cmd}: {s:.1f} s {last}", flush=True)
         serve_row(rows, [], tmp / "serve.log", served, tmp)
-        serve_row(rows, ["POLICY=policies/pask-tiny-fc.json"], tmp / "serve-policy.log", served, tmp,
+        serve_row(rows, ["POLICY=policies/pask-tiny-fc.b0.33.json"], tmp / "serve-policy.log", served, tmp,
                   ", against the policy server", expects=False)
-        serve_row(rows, ["POLICY=policies/pask-tiny-fc.segment.json", "SERVE_ARGS=--pask-segment-prefill full"],
+        serve_row(rows, ["POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json",
+                         "SERVE_ARGS=--pask-segment-prefill full"],
                   tmp / "serve-radix.log")
         print("blocks without a server", flush=True)
         run_blocks([b for b in blocks if not b.needs_server], None, rows, "", tmp)

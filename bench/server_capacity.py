@@ -28,7 +28,7 @@ bytes.
 
     .venv/bin/python bench/server_capacity.py --out bench/results/pask-tiny-fc-server-capacity
     .venv/bin/python bench/server_capacity.py --quick --out /tmp/sc      # a small smoke run
-    make bench POLICY=policies/pask-tiny-fc.json     # part 1 only, --requests 32, into out/bench-<time>/
+    make bench POLICY=policies/pask-tiny-fc.b0.33.json     # part 1 only, --requests 32, into out/bench-<time>/
 
 Every run ends with one table of ratios PASK / Full (requests/s, output tokens/s, median TPOT and
 TTFT, max and mean running requests, KV bytes of the KV cache) and the folder it wrote.
@@ -52,6 +52,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from sglang_pask.policy.shipped import shipped_policy
 from sglang_pask.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -484,7 +485,7 @@ def report(results: dict, meta: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--budget", type=float, default=None, help="PASK's budget (default: the policy's own)")
     p.add_argument("--full-tokens", type=int, default=8192, help="Full KV tokens of part 1 (M)")
     p.add_argument("--requests", type=int, default=64)
