@@ -288,11 +288,20 @@ def calib_runner(a, bench: str):
             {"max_tokens": a.max_tokens, "tool_choice": "required"})
 
 
+def command_argv() -> list[str]:
+    """``sys.argv`` as typed from the repository root: a script by its relative path, a notebook
+    module (``python -m experiments.X``) by its module name."""
+    script = Path(sys.argv[0]).resolve()
+    if script.is_relative_to(ROOT / "experiments") and script.suffix == ".py":
+        return ["-m", f"experiments.{script.stem}", *sys.argv[1:]]
+    return [str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else sys.argv[0], *sys.argv[1:]]
+
+
 def run_meta(t0: float) -> dict:
     """``meta.json``: the command, code version, date, machine and wall time since ``t0``."""
     from sglang_pask.calibrate.pipeline import code_version
 
-    return {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
+    return {"command": " ".join(["python", *command_argv()]), "code": code_version()[0],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
 

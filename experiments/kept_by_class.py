@@ -68,7 +68,8 @@ def main(argv=None) -> int:
         print(spec, json.dumps(rows[spec]), flush=True)
     classes = [c for c in rows[next(iter(rows))]["kept_share_by_class"]]
     lines = ["# What each method keeps at prefill end (written by experiments/kept_by_class.py)", "",
-             f"Command: `python {' '.join(sys.argv)}` ({time.time() - t0:.0f} s). `{a.model}`, {len(entries)} entries "
+             f"Command: `python -m experiments.kept_by_class {' '.join(sys.argv[1:])}` "
+             f"({time.time() - t0:.0f} s). `{a.model}`, {len(entries)} entries "
              f"of `{a.data}`, b = {a.budget:g}, prefill schedule, reference runner. Share of each class's prompt "
              "token-head slots kept (all layers and KV heads).", "",
              "| class | " + " | ".join(rows) + " |", "|---|" + "---:|" * len(rows)]

@@ -97,7 +97,7 @@ def main() -> int:
                    stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    meta = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "code": commit,
+    meta = {"command": "python -m experiments.ranked_probe " + " ".join(sys.argv[1:]), "code": commit,
             "base": BASE,
             "variants": {n: {"fields": f, "floors": fl, "one_group_per_layer": pl}
                          for n, (f, fl, pl) in VARIANTS.items()},
