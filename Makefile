@@ -84,11 +84,11 @@ csrc-check: install
 	PY=$(PY) bash csrc/check.sh
 
 lint: install
-	$(VENV)/bin/ruff check python test bench
+	$(VENV)/bin/ruff check python test bench experiments
 
-# Full KV, then PASK with POLICY (default: the shipped tiny policy), each started on the same KV
-# bytes and sent the same tool requests all at once; prints the ratio table and the folder it wrote.
-BENCH_POLICY = $(or $(POLICY),policies/pask-tiny-fc.json)
+# Full KV, then PASK with POLICY (default: the model's default shipped policy: policies/<model>.b0.33.json),
+# each started on the same KV bytes and sent the same tool requests all at once; prints the ratio table and the folder it wrote.
+BENCH_POLICY = $(or $(POLICY),$(shell $(PY) -m sglang_pask.policy.shipped $(MODEL)))
 BENCH_OUT ?= out/bench-$(shell date -u +%Y%m%d-%H%M%S)
 # three rounds (a row is the median of its runs, a ratio the median of the rounds' ratios: one slow
 # round on a shared machine does not decide the headline); BENCH_PORTS=A-B: the servers listen there

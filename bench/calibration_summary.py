@@ -3,7 +3,7 @@ once, at the end, its eval score: one table from the calibration records (``NAME
 and the eval runs of the chosen policies (``pask eval`` folders).
 
     .venv/bin/python bench/calibration_summary.py \
-        --calibration "lookup=policies/pask-tiny-fc.sturdy.calibration.json=runs/report/pask-sturdy-{b}" \
+        --calibration "lookup=experiments/policies/pask-tiny-fc.sturdy.calibration.json=runs/report/pask-sturdy-{b}" \
         --budgets 0.5,0.33,0.2 --out bench/results/.../calibration-summary.md
 
 Fit: the chosen member on the search's fit entries. K-fold: the search re-run on k - 1 folds of

@@ -3,10 +3,10 @@
 # operating point, no schedule flag), scored through the live server with `pask eval`, next to the
 # tables they must reproduce. Data: the tiny eval split, n = N, tool_choice=required, greedy, 128
 # tokens (the calibration report's settings).
-#   1. make serve POLICY=policies/pask-tiny-fc.json                      (nothing else)
+#   1. make serve POLICY=policies/pask-tiny-fc.b0.33.json                      (nothing else)
 #      on synthetic:eval:N:tiny; compared with the calibrated table's 0.33 cell
 #      (bench/results/pask-tiny-fc-calibration-report-n200/report.json, pask calibrated, prefill)
-#   2. make serve POLICY=policies/pask-tiny-fc.segment.json SERVE_ARGS="--pask-segment-prefill full"
+#   2. make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json SERVE_ARGS="--pask-segment-prefill full"
 #      (the README's accurate radix command) on synthetic:eval:N:tiny:group=10; compared with the
 #      radix table's full-prefill row (bench/results/pask-tiny-fc-radix-eval-n200/report.json)
 #   bash bench/default_serving_eval.sh        # N=200 (~6 min on 2 cores)
@@ -35,8 +35,8 @@ run() {
   started_pid=""
 }
 
-run readme-default policies/pask-tiny-fc.json "" "synthetic:eval:$N:tiny"
-run readme-radix policies/pask-tiny-fc.segment.json "--pask-segment-prefill full" "synthetic:eval:$N:tiny:group=10"
+run readme-default policies/pask-tiny-fc.b0.33.json "" "synthetic:eval:$N:tiny"
+run readme-radix experiments/policies/pask-tiny-fc.segment.b0.33.json "--pask-segment-prefill full" "synthetic:eval:$N:tiny:group=10"
 
 .venv/bin/pask report "$OUT/readme-default" "$OUT/readme-radix" --group-by data --out "$RESULTS" >/dev/null
 .venv/bin/python - "$OUT" "$RESULTS" <<'PY'
@@ -56,10 +56,10 @@ lines = ["# The README's serving commands, measured", "",
          "| command | data | accuracy | the table it must reproduce | table | diff |", "|---|---|---:|---|---:|---:|"]
 cal = "bench/results/pask-tiny-fc-calibration-report-n200/report.json"
 rad = "bench/results/pask-tiny-fc-radix-eval-n200/report.json"
-pairs = [("readme-default", "`make serve POLICY=policies/pask-tiny-fc.json`", "tiny eval",
+pairs = [("readme-default", "`make serve POLICY=policies/pask-tiny-fc.b0.33.json`", "tiny eval",
           cal, "pask calibrated, 0.33, prefill", lambda r: r["label"] == "pask" and r["budget"] == 0.33
           and r["policy"].startswith("pask-tiny-fc@0.33@")),
-         ("readme-radix", "`make serve POLICY=policies/pask-tiny-fc.segment.json SERVE_ARGS=\"--pask-segment-prefill full\"`",
+         ("readme-radix", "`make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json SERVE_ARGS=\"--pask-segment-prefill full\"`",
           "tiny eval, group=10", rad, "radix on, own kept, full prefill (server)",
           lambda r: "full prefill" in r["label"] and r["group"].get("backend") == "openai")]
 for run, cmd, data, path, what, pick in pairs:

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
 
 def inputs(R: int, T: int, seed: int):
     """held bool [R, T], scores float64 [R, T], n int64 [R], tail_start int64 [R]."""

@@ -28,8 +28,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import PREFILL_RE, pask_tokens_for, run_meta, write_outputs  # noqa: E402
+from server_capacity import PREFILL_RE, pask_tokens_for, run_meta, write_outputs
 
 SETTINGS = {"max_tokens": 128, "tool_choice": "required"}
 
@@ -77,7 +76,7 @@ def run(model: str, flags: list[str], entries, workers: int) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.segment.json")
+    p.add_argument("--policy", default="experiments/policies/pask-tiny-fc.segment.b0.33.json")
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--data", default="synthetic:eval:200:tiny:group=10")
     p.add_argument("--full-tokens", type=int, default=1024, help="Full KV tokens (the shared KV memory)")

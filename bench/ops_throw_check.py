@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRE = ("import sys; sys.path.insert(0, 'python'); import torch; from sglang_pask import ops; "
+PRE = ("import torch; from sglang_pask import ops; "
        "lib = ops.compiled(); assert lib is not None, ops.implementation(); ")
 Z = "torch.zeros(1, 5, dtype=torch.long)"
 CASES = {  # name: (code, expected return code: 0 runs, 1 raises)

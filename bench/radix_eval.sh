@@ -11,7 +11,7 @@
 #   radix off:           --disable-radix-cache (the whole prompt compressed per request)
 #   radix on, own kept:  --pask-segment system --pask-own-budget 1 (only the shared segment is
 #                        compressed), with the whole-prompt policy and, when it exists, with
-#                        SEGMENT_POLICY (default policies/<model>.segment.json: calibrated on calib
+#                        SEGMENT_POLICY (default experiments/policies/<model>.segment.b0.33.json: calibrated on calib
 #                        under exactly this rule, bench/tiny_calibrate.sh; used at its own budget only)
 #   radix on, own kept, full prefill: the same with SEGMENT_POLICY and --pask-segment-prefill full
 #                        (each request's own tokens prefilled against the whole segment; the tree
@@ -32,7 +32,7 @@ SCHEDULE=${SCHEDULE:-prefill}
 WORKERS=${WORKERS:-4}
 SEGMENT_BUDGET=${SEGMENT_BUDGET:-}   # the shared segment's budget (default: the budget)
 NAME=$(basename "$MODEL")
-SEGMENT_POLICY=${SEGMENT_POLICY:-policies/$NAME.segment.json}
+SEGMENT_POLICY=${SEGMENT_POLICY:-experiments/policies/$NAME.segment.b0.33.json}
 SEGARGS=""; HFSEGARGS=""
 [[ -n $SEGMENT_BUDGET ]] && SEGARGS="--pask-segment-budget $SEGMENT_BUDGET" && HFSEGARGS="--segment-budget $SEGMENT_BUDGET"
 DATA="synthetic:eval:$N:tiny:group=10"

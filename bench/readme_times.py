@@ -6,11 +6,11 @@ does, also on failure):
 
 * :data:`COMMANDS`: ``make install`` and ``make real-model`` when both are done already (what a
   second run costs), ``make lint``, ``make results-page``, ``make model``, the two micro-benches;
-* ``make serve`` (the default model): seconds to a healthy server, then every README block marked
+* ``make serve`` (the default model): seconds to a healthy server, then every README / docs block marked
   ``readme-test`` that talks to it, each timed, then the stop;
-* ``make serve POLICY=policies/pask-tiny-fc.json`` (the recommended line): start and the same
-  blocks again; ``make serve POLICY=policies/pask-tiny-fc.segment.json SERVE_ARGS="--pask-segment-prefill
-  full"`` (the radix line): start;
+* ``make serve POLICY=policies/pask-tiny-fc.b0.33.json`` (the recommended line): start and the same
+  blocks again; ``make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json
+  SERVE_ARGS="--pask-segment-prefill full"`` (the radix line): start;
 * every other ``readme-test`` block, timed;
 * with ``models/qwen2.5-coder-0.5b-instruct`` built: ``make serve MODEL=...`` start and the
   ``real-model-test`` block.
@@ -33,7 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sglang_pask.testing import free_port, readme_blocks, run_readme_block
+from sglang_pask.testing import documented_blocks, free_port, run_readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = "models/qwen2.5-coder-0.5b-instruct"
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    blocks = readme_blocks(ROOT / "README.md")
+    blocks = documented_blocks(ROOT)
     served = [b for b in blocks if b.needs_server]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -147,15 +147,16 @@ def main(argv=None) -> int:
             rows.append({"command": f"{cmd}{label}", "seconds": round(s, 1), "ok": rc == 0})
             print(f"{cmd}: {s:.1f} s {last}", flush=True)
         serve_row(rows, [], tmp / "serve.log", served, tmp)
-        serve_row(rows, ["POLICY=policies/pask-tiny-fc.json"], tmp / "serve-policy.log", served, tmp,
+        serve_row(rows, ["POLICY=policies/pask-tiny-fc.b0.33.json"], tmp / "serve-policy.log", served, tmp,
                   ", against the policy server", expects=False)
-        serve_row(rows, ["POLICY=policies/pask-tiny-fc.segment.json", "SERVE_ARGS=--pask-segment-prefill full"],
+        serve_row(rows, ["POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json",
+                         "SERVE_ARGS=--pask-segment-prefill full"],
                   tmp / "serve-radix.log")
         print("blocks without a server", flush=True)
         run_blocks([b for b in blocks if not b.needs_server], None, rows, "", tmp)
         if (ROOT / REAL / "config.json").exists():
             serve_row(rows, [f"MODEL={REAL}"], tmp / "serve-real.log",
-                      readme_blocks(ROOT / "README.md", marker="real-model-test"), tmp)
+                      documented_blocks(ROOT, marker="real-model-test"), tmp)
     meta = {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
             "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -14,7 +14,8 @@
 # REUSE=RECORD adopts the sensitivity and distortion stages of a record of the same configuration
 # written by other code (pask calibrate --reuse-stages; the report names that code).
 # Writes the policies ($NAME.json = b 0.33, $NAME.b0.33.json, $NAME.b0.2.json) and the report
-# under OUT's folder; SHIP=1 copies them into policies/ and the report into bench/results/.
+# under OUT's folder; SHIP=1 copies the per-budget files into policies/ (the shipped set: one file per
+# budget) and the report into bench/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/qwen2.5-coder-0.5b-instruct}
@@ -31,7 +32,7 @@ $PASK calibrate --model "$MODEL" --data "bfcl:all:calib=$K" --groups 4 --budgets
 echo "wall (this invocation; a resumed run adds up): $SECONDS s" | tee -a "${OUT%.json}.wall.txt"
 if [[ "${SHIP:-0}" == 1 ]]; then
   dir=$(dirname "$OUT")
-  cp "$OUT" "$dir/$NAME".b0.33.json "$dir/$NAME".b0.2.json policies/
+  cp "$dir/$NAME".b0.33.json "$dir/$NAME".b0.2.json policies/
   mkdir -p "bench/results/$NAME-calibration"
   cp "$dir/$NAME".calibration.{md,json} "$dir/$NAME".{S,D}.png "${OUT%.json}.wall.txt" "bench/results/$NAME-calibration/"
   printf 'command: %s\ncode: %s\n' "${REUSE:+REUSE=$REUSE }SHIP=1 bash bench/real_model_calibration.sh" \

@@ -1,7 +1,7 @@
 """What the shipped real-model policies keep and lose, on a user's own requests, through the server.
 
 The real model (``make real-model``) served three ways, one after the other, as ``make serve``
-starts it: Full KV (no policy), then ``policies/qwen2.5-coder-0.5b-instruct.json`` (0.33, its
+starts it: Full KV (no policy), then ``policies/qwen2.5-coder-0.5b-instruct.b0.33.json`` (0.33, its
 prefill point) and its ``.b0.2.json``. Each gets the same requests (the README's weather request
 and a few everyday ones over three tools whose descriptions ask for ISO codes and exact forms),
 greedy, ``tool_choice="required"``; the table shows each call as the server returned it, and
@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 import openai
-from server_capacity import run_meta, write_outputs  # bench/ is this script's folder, first on sys.path
+from server_capacity import run_meta, write_outputs
 from sglang_pask.testing import running_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
 MODEL = "models/qwen2.5-coder-0.5b-instruct"
 SERVERS = (("Full KV", []),
-           ("PASK 0.33", ["--pask-policy", "policies/qwen2.5-coder-0.5b-instruct.json"]),
+           ("PASK 0.33", ["--pask-policy", "policies/qwen2.5-coder-0.5b-instruct.b0.33.json"]),
            ("PASK 0.2", ["--pask-policy", "policies/qwen2.5-coder-0.5b-instruct.b0.2.json"]))
 
 

@@ -36,12 +36,12 @@ $PASK sweep "${common[@]}" --budgets "$BUDGETS" --policy "$PRIOR" \
 cells() { for d in "$@"; do [[ -f "$d/summary.json" ]] && echo "$d"; done; }  # run folders only
 mapfile -t runs < <(cells "$OUT"/prior/*/)
 if [[ -n "${CALIBRATED:-}" ]]; then
-  # each budget with its own calibrated policy (NAME.bB.json next to CALIBRATED, as `pask calibrate`
-  # writes them; CALIBRATED itself where a budget has none): one sweep per budget
+  # each budget with its own calibrated policy, CALIBRATED.bB.json (CALIBRATED: the files' stem, e.g.
+  # policies/NAME; a CALIBRATED.json where a budget has none): one sweep per budget
   IFS=, read -ra budgets <<< "$BUDGETS"
   for b in "${budgets[@]}"; do
     policy="${CALIBRATED%.json}.b$b.json"
-    [[ -f "$policy" ]] || policy=$CALIBRATED
+    [[ -f "$policy" ]] || policy=${CALIBRATED%.json}.json
     echo "calibrated PASK at b=$b: $policy"
     $PASK sweep "${common[@]}" --budgets "$b" --policy "$policy" --methods pask --out "$OUT/calibrated-b$b" \
       --results "$RESULTS/calibrated-b$b"

@@ -46,31 +46,18 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-calib-pask-b0.33-n100": "Calibrated PASK (its 0.33 policy) on the calib split it was "
     "chosen on, beside the baselines' calib tables.",
     "pask-tiny-fc-calib-pask-b0.2-n100": "Calibrated PASK (its 0.2 policy) on the calib split.",
-    "pask-tiny-fc-kept-by-class-calib": "Why KVzip beats calibrated PASK on the tiny model: what each "
-    "method keeps at prefill end, by structural class and by layer (calib entries).",
-    "pask-tiny-fc-kept-by-class-calib-b0.2": "The same at b = 0.2, calibrated PASK (its 0.2 policy) and "
-    "KVzip: where PASK's fixed group shares and one set per group lose to KVzip's ranking over every "
-    "layer and KV head (calib entries).",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "SnapKV (per KV head, its default) served at 0.33, prefill: "
     "accuracy through the server vs the reference runner.",
     "pask-tiny-fc-server-vs-runner-adakv-n200": "AdaKV served at 0.33, prefill: accuracy through the server "
     "vs the reference runner.",
-    "pask-tiny-fc-server-vs-runner-pask-attn-n200": "Attention-informed PASK served at 0.33, prefill: "
-    "accuracy through the server vs the reference runner.",
-    "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200": "The sturdier calibration's attention-informed "
-    "policies served, prefill: at 0.5 SnapKV's window votes per KV head (blend 0.25), at 0.33 KVzip's "
-    "scores (blend 0.25, the server's reconstruction forward): accuracy through the server vs the "
-    "reference runner.",
     "pask-tiny-fc-server-vs-runner-kvzip-n200": "KVzip served at 0.33, prefill (its scores from the "
     "server's reconstruction forward): accuracy through the server vs the reference runner.",
     "pask-tiny-fc-default-serving-n200": "The README's serving commands run with their defaults (the "
     "policy's operating point), through the server.",
     "pask-tiny-fc-server-required-n200": "Full KV through `make serve`, tool_choice required.",
     "pask-tiny-fc-server-auto-n200": "Full KV through `make serve`, tool_choice auto.",
-    "pask-tiny-fc-strict-schema-n200": "Tool-argument schema enforcement (`TOOL_STRICT=2`) vs SGLang's "
-    "default (`0`), Full KV, calib and eval splits.",
     "pask-tiny-fc-radix-eval-n200": "Radix cache on vs off with PASK@0.33 on the grouped eval (every 10 "
     "requests share a tools block), server and runner, every segment mode.",
     "pask-tiny-fc-server-parity-n100": "Kept positions and generated tokens, server vs runner, continuous "
@@ -85,27 +72,11 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-parity-kvzip-n100": "KVzip served: kept positions, each KV head's set and tokens, "
     "server (KVzip's scores by a reconstruction forward through SGLang's model, no-write mode) vs runner, "
     "prefill schedule, 0.33.",
-    "pask-tiny-fc-server-parity-sturdy-attn-b0.33-n100": "The sturdier calibration's attention-informed "
-    "policy at 0.33 (its residual blends KVzip's scores) served: kept positions and tokens, server vs "
-    "runner, prefill schedule.",
-    "pask-tiny-fc-server-parity-sturdy-attn-b0.5-n100": "The sturdier calibration's attention-informed "
-    "policy at 0.5 (its residual by SnapKV's votes per KV head) served: kept positions, each KV head's set "
-    "and tokens, server vs runner, prefill schedule.",
-    "pask-tiny-fc-server-parity-attn-n100": "Attention-informed PASK (`pask-tiny-fc.attn.b0.33.json`, blend "
-    "0.25) served: kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-h2o-n100": "H2O served (accumulated attention recorded by the torch "
     "backend): kept positions and tokens, server vs runner, prefill schedule, 0.33.",
     "pask-tiny-fc-server-parity-n10": "The first, small parity run.",
-    "pask-tiny-fc-server-capacity-sturdy-attn-b0.33": "The KVzip-informed 0.33 policy served at a fixed KV "
-    "memory (capacity part): its reconstruction forward's price in throughput, TPOT and TTFT vs Full KV.",
-    "pask-tiny-fc-calibration-sturdy-attn-repeat": "The attention-informed sturdier calibration run again "
-    "with the same seed and command (`REPEAT_ONLY`): its policies compared byte for byte with the shipped ones.",
     "pask-tiny-fc-server-capacity": "Serving at a fixed KV memory: concurrency, throughput and TPOT, "
     "Full KV vs PASK@0.33.",
-    "compression-share-defaults": "Compression's share of the decode loop at the policy's own operating "
-    "point (what `--pask-policy` alone serves), 16 and 64 requests.",
-    "decode-profile": "One decode step profiled (py-spy on the scheduler) at 16 and 64 running requests: "
-    "stock Full KV, PASK with decode attention request by request, PASK batched.",
     "pask-tiny-fc-server-shared-prefix": "Shared-prefix serving (4 tools blocks x 16 queries), radix "
     "cache on for both, whole-prompt policy.",
     "pask-tiny-fc-server-shared-prefix-own-kept": "Shared-prefix serving, each request's own tokens "
@@ -119,39 +90,12 @@ ORDER: dict[str, str] = {
     "(OMP_NUM_THREADS=1): steady runs on this 2-core machine, where the client shares the cores.",
     "pask-tiny-fc-many-blocks-accuracy-n200": "Accuracy of many-blocks traffic under memory pressure (the "
     "grouped eval, shuffled): Full KV's LRU vs PASK's tiers, with the requests that hit a demoted block.",
-    "pask-tiny-fc-chunked-prefill-calib": "Prompts longer than a unit pool holds whole, prefilled in chunks "
-    "and compressed at each chunk end: the accuracy cost on the calib split, by unit-pool size.",
-    "pask-tiny-fc-pyramidkv-allocations": "Why PyramidKV scores below SnapKV here: per-layer budgets "
-    "and what each layer keeps.",
     "pask-tiny-fc-calibration": "The calibration run that wrote the shipped policies, and its "
     "byte-identical repeat.",
-    "pask-tiny-fc-calibration-segment": "The calibration of the radix cache's segment policy.",
-    "pask-tiny-fc-calibration-attn": "The calibration with the attention-informed residual searched "
-    "(`--attention-blend`; stages reused from the shipped run), into `policies/pask-tiny-fc.attn*.json` "
-    "(run with `OUT=policies/pask-tiny-fc.attn.json REPEAT= RESULTS=bench/results/pask-tiny-fc-calibration-attn`; "
-    "the script's meta line then recorded EXTRA only). Its report: `policies/pask-tiny-fc.attn.calibration.md`.",
     "pask-tiny-fc-calibration-sturdy": "The sturdier calibration (600 calib entries: 360 fit, 240 held out; "
     "every member paired with KVzip; a 5-fold estimate of the search; the joint probe and fractional floors), "
-    "into `policies/pask-tiny-fc.sturdy*.json`. Its report: `policies/pask-tiny-fc.sturdy.calibration.md`.",
-    "pask-tiny-fc-calibration-sturdy-attn": "Its attention-informed family (SnapKV's or KVzip's statistic, per "
-    "group or per KV head), reusing the lookup members it scored, into `policies/pask-tiny-fc.sturdy-attn*.json`.",
-    "pask-tiny-fc-calib-ranked-probe-n100": "Why PASK trailed KVzip at 0.2, lever by lever, on 100 calib entries: "
-    "the sturdier 0.2 policy with KVzip's scores per KV head in its residual, then without its window and floors, "
-    "with the ranked residual split, with one group per layer, and with the class order blended back in; where "
-    "the ranked calibration's search starts.",
-    "pask-tiny-fc-calibration-ranked": "The ranked calibration at 0.2 (four one-layer groups; the residual split "
-    "across groups and KV heads by one ranking of KVzip's scores blended with class order: `residual_split: "
-    "scores`), into `policies/pask-tiny-fc.ranked*.json`. Its report: `policies/pask-tiny-fc.ranked.calibration.md`.",
-    "pask-tiny-fc-server-parity-ranked-b0.2-n100": "The ranked calibration's 0.2 policy served (four one-layer "
-    "units; each KV head keeps its own count): kept positions, each head's set and tokens against the runner.",
-    "pask-tiny-fc-server-vs-runner-pask-ranked-n200": "The ranked 0.2 policy's accuracy through the server and "
-    "the runner (eval split).",
-    "pask-tiny-fc-server-capacity-ranked-b0.2": "The ranked 0.2 policy served at a fixed KV memory against Full "
-    "KV: what KVzip's reconstruction forward costs.",
-    "pask-tiny-fc-calibration-ranked-repeat": "The ranked 0.2 calibration run again with its seed "
-    "(`REPEAT_ONLY=1`, same commit): both policy files byte-identical; the repeat's files in `repeat/`.",
-    "pask-tiny-fc-calibration-ranked033": "The same ranked calibration at 0.33, into "
-    "`policies/pask-tiny-fc.ranked033*.json`. Its report: `policies/pask-tiny-fc.ranked033.calibration.md`.",
+    "into `experiments/policies/pask-tiny-fc.sturdy*.json`. Its report: "
+    "`experiments/policies/pask-tiny-fc.sturdy.calibration.md`.",
     "qwen2.5-coder-0.5b-instruct-table-eval5": "The real model's budget table: BFCL's 8 AST categories, 5 "
     "eval entries each, reference runner, prefill; calibrated PASK against the baselines and Full KV.",
     "gpu-check-h200": "The GPU script on a lent H200: csrc's CUDA build and tests, the operators' "
@@ -165,14 +109,7 @@ WRITTEN_BY: dict[str, str] = {
     "pask-tiny-fc-server-vs-runner-n200": "bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-snapkv-n200": "METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
     "pask-tiny-fc-server-vs-runner-adakv-n200": "METHOD=adakv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
-    "pask-tiny-fc-server-vs-runner-pask-sturdy-attn-n200":
-        'POLICIES=policies/pask-tiny-fc.sturdy-attn BUDGETS="0.5 0.33" bash bench/server_vs_runner_eval.sh',
     "pask-tiny-fc-server-vs-runner-kvzip-n200": "METHOD=kvzip BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
-    "pask-tiny-fc-server-vs-runner-pask-ranked-n200":
-        "POLICIES=policies/pask-tiny-fc.ranked BUDGETS=0.2 bash bench/server_vs_runner_eval.sh",
-    "pask-tiny-fc-server-vs-runner-pask-attn-n200":
-        "POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh",
-    "pask-tiny-fc-strict-schema-n200": "bash bench/strict_schema_eval.sh",
     "pask-tiny-fc-server-required-n200": "bash bench/tiny_server_eval.sh",
     "pask-tiny-fc-server-auto-n200": "TOOL_CHOICE=auto bash bench/tiny_server_eval.sh",
     "qwen2.5-coder-0.5b-bfcl-eval25-full": "bash bench/real_model_bfcl.sh",

@@ -28,7 +28,7 @@ bytes.
 
     .venv/bin/python bench/server_capacity.py --out bench/results/pask-tiny-fc-server-capacity
     .venv/bin/python bench/server_capacity.py --quick --out /tmp/sc      # a small smoke run
-    make bench POLICY=policies/pask-tiny-fc.json     # part 1 only, --requests 32, into out/bench-<time>/
+    make bench POLICY=policies/pask-tiny-fc.b0.33.json     # part 1 only, --requests 32, into out/bench-<time>/
 
 Every run ends with one table of ratios PASK / Full (requests/s, output tokens/s, median TPOT and
 TTFT, max and mean running requests, KV bytes of the KV cache) and the folder it wrote.
@@ -52,6 +52,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from sglang_pask.policy.shipped import shipped_policy
 from sglang_pask.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,11 +295,20 @@ def calib_runner(a, bench: str):
             {"max_tokens": a.max_tokens, "tool_choice": "required"})
 
 
+def command_argv() -> list[str]:
+    """``sys.argv`` as typed from the repository root: a script by its relative path, a notebook
+    module (``python -m experiments.X``) by its module name."""
+    script = Path(sys.argv[0]).resolve()
+    if script.is_relative_to(ROOT / "experiments") and script.suffix == ".py":
+        return ["-m", f"experiments.{script.stem}", *sys.argv[1:]]
+    return [str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else sys.argv[0], *sys.argv[1:]]
+
+
 def run_meta(t0: float) -> dict:
     """``meta.json``: the command, code version, date, machine and wall time since ``t0``."""
     from sglang_pask.calibrate.pipeline import code_version
 
-    return {"command": " ".join(["python", *sys.argv]), "code": code_version()[0],
+    return {"command": " ".join(["python", *command_argv()]), "code": code_version()[0],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "wall_s": round(time.time() - t0, 1)}
 
@@ -503,7 +513,7 @@ def report(results: dict, meta: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--budget", type=float, default=None, help="PASK's budget (default: the policy's own)")
     p.add_argument("--full-tokens", type=int, default=8192, help="Full KV tokens of part 1 (M)")
     p.add_argument("--requests", type=int, default=64)

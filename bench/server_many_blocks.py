@@ -51,8 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import (  # noqa: E402
+from server_capacity import (
     median_run,
     paired_ratios,
     pask_tokens_for,
@@ -60,7 +59,7 @@ from server_capacity import (  # noqa: E402
     serve_and_bench,
     write_outputs,
 )
-from server_shared_prefix import MATCHED, block_request, build_blocks, write_dataset  # noqa: E402
+from server_shared_prefix import MATCHED, block_request, build_blocks, write_dataset
 
 RATIOS = ("request_throughput", "output_throughput", "median_ttft_ms", "median_tpot_ms")
 
@@ -135,7 +134,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.segment.json")
+    p.add_argument("--policy", default="experiments/policies/pask-tiny-fc.segment.b0.33.json")
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--full-tokens", type=int, default=6144, help="Full KV tokens (about 12 blocks of ~500)")
     p.add_argument("--blocks", default="4,8,16,32")

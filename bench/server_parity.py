@@ -47,6 +47,7 @@ from sglang_pask.eval.harness import Settings, build_request
 from sglang_pask.eval.hf_backend import runner_body
 from sglang_pask.eval.parity import compare, runner_trace, server_traces, summarize
 from sglang_pask.policy.operating_point import SegmentRule
+from sglang_pask.policy.shipped import shipped_policy
 from sglang_pask.testing import running_server
 from tqdm import tqdm
 
@@ -144,7 +145,7 @@ def run_budget(a, budget, entries, method=None):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--method", default="pask")
     p.add_argument("--data", default=None, help="default synthetic:eval:N:tiny")
     p.add_argument("--n", type=int, default=None,

@@ -24,10 +24,12 @@ rounds (default 3) start every server once each, in the same order; rows are med
 medians of the rounds' ratios (one run on a shared 2-core machine varies by up to 40%).
 
     .venv/bin/python bench/server_shared_prefix.py --out bench/results/pask-tiny-fc-server-shared-prefix
-    .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --policy policies/pask-tiny-fc.segment.json \
+    .venv/bin/python bench/server_shared_prefix.py --own-budget 1 \
+        --policy experiments/policies/pask-tiny-fc.segment.b0.33.json \
         --out bench/results/pask-tiny-fc-server-shared-prefix-own-kept
     .venv/bin/python bench/server_shared_prefix.py --own-budget 1 --segment-prefill full \
-        --policy policies/pask-tiny-fc.segment.json --out bench/results/pask-tiny-fc-server-shared-prefix-full-prefill
+        --policy experiments/policies/pask-tiny-fc.segment.b0.33.json \
+        --out bench/results/pask-tiny-fc-server-shared-prefix-full-prefill
 
 Writes ``report.md``, ``results.json`` and ``meta.json`` into ``--out``.
 """
@@ -42,8 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import (  # noqa: E402
+from server_capacity import (
     median_run,
     paired_ratios,
     pask_tokens_for,
@@ -51,6 +52,7 @@ from server_capacity import (  # noqa: E402
     serve_and_bench,
     write_outputs,
 )
+from sglang_pask.policy.shipped import shipped_policy
 
 MATCHED = ["--disable-overlap-schedule", "--decode-log-interval", "1", "--sleep-on-idle", "--log-level", "info"]
 
@@ -115,7 +117,7 @@ def write_dataset(path: Path, reqs: list[dict], out_len: int) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--full-tokens", type=int, default=4096, help="Full KV tokens (M)")
     p.add_argument("--blocks", type=int, default=4)

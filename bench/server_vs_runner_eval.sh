@@ -14,7 +14,7 @@
 #   RESUME=1 bash bench/server_vs_runner_eval.sh        # keep finished entries of an interrupted run
 #   METHOD=snapkv BUDGETS=0.33 bash bench/server_vs_runner_eval.sh   # another server method (the policy
 #                                                       # then gives only the layer shape)
-#   POLICIES=policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
+#   POLICIES=experiments/policies/pask-tiny-fc.attn BUDGETS=0.33 bash bench/server_vs_runner_eval.sh
 # Writes RESULTS/report.md (+ .json, .png: `pask report --group-by backend`), RESULTS/paired.md
 # (bench/paired_table.py: server - runner, paired 95% bootstrap) and RESULTS/wall.txt.
 set -euo pipefail

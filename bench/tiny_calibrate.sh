@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Calibrate the tiny model's policies on the calib split (pask calibrate, seed 0) into policies/,
-# timed, then calibrate again with the same seed into REPEAT and compare every policy byte for
+# Calibrate the tiny model's policies on the calib split (pask calibrate, seed 0) into OUT's folder
+# (runs/calibration-NAME/ by default; SHIP=1 then copies the per-budget policies NAME.b<b>.json into
+# policies/ and the record, report and plots into the notebook, experiments/policies/), timed, then calibrate again with the same seed into REPEAT and compare every policy byte for
 # byte. Writes RESULTS/meta.txt (command, commit, wall time of each run, sha256 of every policy,
 # and whether the two runs match). The eval split is never touched.
 #   bash bench/tiny_calibrate.sh              # ~25 min per run on 2 cores
@@ -11,7 +12,7 @@
 #                                             # REPEAT_ONLY=compare: compare the files already in REPEAT
 #   # a repeat at another commit differs in the policies' provenance lines only (tool_version, date): said so
 #   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
-#   OUT=policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
+#   OUT=experiments/policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
 #     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,14 +21,14 @@ for v in MODEL DATA OUT REPEAT RESULTS BUDGETS RESUME REPEAT_ONLY; do [[ -n "${!
 MODEL=${MODEL:-models/pask-tiny-fc}
 NAME=$(basename "$MODEL")
 DATA=${DATA:-synthetic:calib:300:tiny}
-OUT=${OUT:-policies/$NAME.json}
+OUT=${OUT:-runs/calibration-$NAME/$NAME.json}
 REPEAT=${REPEAT-runs/calibrate-repeat-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration}
 BUDGETS=${BUDGETS:-0.5,0.33,0.2}
 read -r -a extra <<< "${EXTRA:-}"
 ARGS=(--model "$MODEL" --data "$DATA" --groups 2 --budgets "$BUDGETS" --schedule prefill --seed 0
       --fit-n 200 --probe-n 40 "${extra[@]}")
-mkdir -p "$RESULTS"
+mkdir -p "$RESULTS" "$(dirname "$OUT")"
 stem=${OUT%.json}
 # a fresh run: no resumed phases, so the wall time is the whole cost (RESUME=1: continue the record)
 SECONDS=0
@@ -65,3 +66,7 @@ if [[ -n "$REPEAT" ]]; then
   lines+=("byte-identical policies across the two runs: $same")
 fi
 printf '%s\n' "${lines[@]}" | tee "$RESULTS/meta.txt"
+if [[ "${SHIP:-0}" == 1 ]]; then  # the shipped set: one file per budget (policies/), the record beside the notebook's
+  cp "$stem".b*.json policies/
+  cp "$stem".calibration.{json,md} "$stem".{S,D}.png experiments/policies/ 2>/dev/null || true
+fi

@@ -27,12 +27,12 @@ N=${N:-200}
 BUDGETS=${BUDGETS:-"0.5 0.33 0.2"}
 MAIN=${MAIN:-0.33}
 POLICIES=${POLICIES:-policies/$NAME}       # the calibrated files are $POLICIES.b<b>.json
-ATTN=${ATTN:-policies/$NAME.attn}           # calibrated with --attention-blend: $ATTN.b<b>.json
+ATTN=${ATTN:-experiments/policies/$NAME.attn}           # calibrated with --attention-blend: $ATTN.b<b>.json
 PRIOR=${PRIOR:-policies/$NAME.prior.json}
-STURDY=${STURDY:-policies/$NAME.sturdy}     # $STURDY.b<b>.json
-STURDY_ATTN=${STURDY_ATTN:-policies/$NAME.sturdy-attn}  # $STURDY_ATTN.b<b>.json
-RANKED=${RANKED:-policies/$NAME.ranked}     # $RANKED.b<b>.json
-RANKED033=${RANKED033:-policies/$NAME.ranked033}  # $RANKED033.b<b>.json
+STURDY=${STURDY:-experiments/policies/$NAME.sturdy}     # $STURDY.b<b>.json
+STURDY_ATTN=${STURDY_ATTN:-experiments/policies/$NAME.sturdy-attn}  # $STURDY_ATTN.b<b>.json
+RANKED=${RANKED:-experiments/policies/$NAME.ranked}     # $RANKED.b<b>.json
+RANKED033=${RANKED033:-experiments/policies/$NAME.ranked033}  # $RANKED033.b<b>.json
 ranked_file() { for s in "$RANKED" "$RANKED033"; do [[ -f "$s.b$1.json" ]] && { echo "$s.b$1.json"; return 0; }; done; return 0; }
 OUT=${OUT:-runs/calibration-report-$NAME}
 RESULTS=${RESULTS:-bench/results/$NAME-calibration-report-n$N}

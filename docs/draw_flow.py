@@ -4,7 +4,7 @@
 
 Top: the data path (request -> rendering and tags -> policy -> kept slots per layer group ->
 attention). Bottom: not a sketch but a run: the README's first-run request (``get_playlist``,
-code K5) through the reference runner with ``policies/pask-tiny-fc.json`` at b = 0.33, prefill
+code K5) through the reference runner with ``policies/pask-tiny-fc.b0.33.json`` at b = 0.33, prefill
 schedule; each prompt token coloured by its structural class, and which of them each layer
 group still holds after the prefill-end compression. Every count in the picture is computed here.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "models/pask-tiny-fc"
-POLICY = "policies/pask-tiny-fc.json"
+POLICY = "policies/pask-tiny-fc.b0.33.json"
 BUDGET = 0.33
 REQUEST = {
     "messages": [{"role": "user", "content": "Get the playlist with code K5."}], "tool_choice": "required",

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from conftest import ROOT
 
-POLICY = ROOT / "policies" / "pask-tiny-fc.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
+POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
 NUM_LAYERS = 4
 
 

@@ -30,7 +30,7 @@ from sglang_pask.testing import running_server  # noqa: E402
 from srt_kit import long_tool_request  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.json"
+POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
 BUDGET = 0.33
 MAX_TOTAL = 1200
 UNIT = math.ceil(BUDGET * MAX_TOTAL)

@@ -22,8 +22,8 @@ from sglang_pask.policy.operating_point import (
     resolve,
 )
 
-POLICY = ROOT / "policies" / "pask-tiny-fc.json"
-SEGMENT_POLICY = ROOT / "policies" / "pask-tiny-fc.segment.json"
+POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+SEGMENT_POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.segment.b0.33.json"
 MODEL = ROOT / "models" / "pask-tiny-fc"
 PASK = [str(Path(sys.executable).with_name("pask"))]
 
@@ -132,16 +132,15 @@ def test_resolve_sources_and_overrides():
 
 def test_shipped_policies_carry_their_operating_points():
     """Re-issued (``pask policy upgrade``) with what their calibration records say."""
-    for name in ("pask-tiny-fc.json", "pask-tiny-fc.b0.5.json", "pask-tiny-fc.b0.33.json", "pask-tiny-fc.b0.2.json"):
+    for name in ("pask-tiny-fc.b0.5.json", "pask-tiny-fc.b0.33.json", "pask-tiny-fc.b0.2.json"):
         p = load_policy(ROOT / "policies" / name)
         assert p.format == "pask-policy/2" and p.point == OperatingPoint("prefill"), name
-    for name in ("pask-tiny-fc.segment.json", "pask-tiny-fc.segment.b0.33.json"):
-        p = load_policy(ROOT / "policies" / name)
-        assert p.point == OperatingPoint("prefill", 1, SegmentRule("system", own_budget=1.0)), name
-        cal = json.loads((ROOT / "policies" / "pask-tiny-fc.segment.calibration.json").read_text())["config"]
-        assert (cal["schedule"], cal["segment"], cal["own_budget"]) == ("prefill", "system", 1.0)
-    assert json.loads((ROOT / "policies" / "pask-tiny-fc.calibration.json").read_text())["config"]["schedule"] \
-        == "prefill"
+    p = load_policy(SEGMENT_POLICY)  # the notebook's radix variant
+    assert p.point == OperatingPoint("prefill", 1, SegmentRule("system", own_budget=1.0))
+    cal = json.loads((SEGMENT_POLICY.parent / "pask-tiny-fc.segment.calibration.json").read_text())["config"]
+    assert (cal["schedule"], cal["segment"], cal["own_budget"]) == ("prefill", "system", 1.0)
+    record = SEGMENT_POLICY.parent / "pask-tiny-fc.calibration.json"  # the shipped tiny policies' record
+    assert json.loads(record.read_text())["config"]["schedule"] == "prefill"
 
 
 def test_engines_take_their_defaults_from_the_policy():

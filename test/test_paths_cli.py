@@ -13,7 +13,7 @@ from conftest import ROOT
 from sglang_pask.paths import argv_values, file_error, model_dir_error
 
 MODEL = str(ROOT / "models" / "pask-tiny-fc")
-POLICY = str(ROOT / "policies" / "pask-tiny-fc.json")
+POLICY = str(ROOT / "policies" / "pask-tiny-fc.b0.33.json")
 
 #: (argv after the interpreter, the flag the one line must name)
 CASES = {

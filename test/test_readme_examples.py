@@ -1,4 +1,4 @@
-"""The README's examples run and mean something: every code block marked
+"""The README's examples run and mean something: every code block of README.md and docs/*.md marked
 ``<!-- readme-test expect="REGEX" ... -->`` runs as written (bash or python, from the repository
 root) and must exit 0 with each REGEX found in its output. Blocks that talk to ``make serve``'s
 address follow ``$PORT`` as the Makefile does (no example hard-codes a port: a user who serves with
@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from sglang_pask.testing import HARD_PORT, readme_blocks, run_readme_block
+from sglang_pask.testing import HARD_PORT, documented_blocks, readme_blocks, run_readme_block
 
-BLOCKS = readme_blocks(ROOT / "README.md")
+BLOCKS = documented_blocks(ROOT)
 
 
 def test_examples_are_marked():
     kinds = {b.kind for b in BLOCKS}
     assert len(BLOCKS) >= 6 and kinds == {"bash", "python"}
-    assert any(b.needs_server for b in BLOCKS)  # the openai example
+    assert any(b.needs_server for b in readme_blocks(ROOT / "README.md"))  # the first run's openai example
     for marker in ("readme-test", "real-model-test"):
-        for b in readme_blocks(ROOT / "README.md", marker):
+        for b in documented_blocks(ROOT, marker):
             assert HARD_PORT not in b.code, f"{b.where}: a hard-coded port (follow $PORT as make serve does)"
 
 

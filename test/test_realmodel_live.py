@@ -70,11 +70,11 @@ def test_constrained_tool_call_is_exact(real_server):
 
 
 def test_readme_example_makes_the_call(real_server, tmp_path):
-    """The README's real-model openai block (marked ``real-model-test``) runs as written."""
-    from sglang_pask.testing import readme_blocks, run_readme_block
+    """The real-model openai block of the docs (docs/serving.md, marked ``real-model-test``) runs as written."""
+    from sglang_pask.testing import documented_blocks, run_readme_block
 
-    blocks = readme_blocks(ROOT / "README.md", marker="real-model-test")
-    assert len(blocks) == 1 and blocks[0].kind == "bash", "README.md needs one <!-- real-model-test ... --> block"
+    blocks = documented_blocks(ROOT, marker="real-model-test")
+    assert len(blocks) == 1 and blocks[0].kind == "bash", "the docs need one <!-- real-model-test ... --> block"
     r, _, missing = run_readme_block(blocks[0], ROOT, tmp_path, real_server.port)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not missing, (missing, r.stdout)

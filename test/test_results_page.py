@@ -1,5 +1,6 @@
 """docs/results.md is bench/results/ rendered (no drift), every results folder with a report is on
-it with the command that wrote it, and the README and docs/ point only inside the repository.
+it with the command that wrote it, and the README, docs/ and the notebook index point only inside the
+repository.
 No model and no server: seconds."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from conftest import ROOT
 
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "results.md"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "experiments" / "README.md",
+        ROOT / "experiments" / "runs" / "README.md"]
 
 
 def _generate(tmp_path) -> str:

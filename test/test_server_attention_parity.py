@@ -24,11 +24,11 @@ import pytest
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
-ATTN = ROOT / "policies/pask-tiny-fc.attn.b0.33.json"
+ATTN = ROOT / "experiments/policies/pask-tiny-fc.attn.b0.33.json"
 #: the sturdier calibration's 0.33 policy: its residual blends KVzip's reconstruction scores
-KVZIP_INFORMED = ROOT / "policies/pask-tiny-fc.sturdy-attn.b0.33.json"
+KVZIP_INFORMED = ROOT / "experiments/policies/pask-tiny-fc.sturdy-attn.b0.33.json"
 #: the ranked calibration's 0.2 policy (residual_split: scores, per KV head)
-RANKED = ROOT / "policies/pask-tiny-fc.ranked.b0.2.json"
+RANKED = ROOT / "experiments/policies/pask-tiny-fc.ranked.b0.2.json"
 
 CASES = {
     "snapkv": ["--method", "snapkv"],

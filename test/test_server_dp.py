@@ -21,7 +21,7 @@ requests = pytest.importorskip("requests")
 from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.json"
+POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
 DP = 2
 
 

@@ -37,9 +37,10 @@ from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
 MODES = {
-    "recommended": ["--pask-policy", str(ROOT / "policies" / "pask-tiny-fc.json"), "--disable-radix-cache"],
-    "radix": ["--pask-policy", str(ROOT / "policies" / "pask-tiny-fc.segment.json"), "--pask-segment", "system"],
-    "chunked": ["--pask-policy", str(ROOT / "policies" / "pask-tiny-fc.json"), "--disable-radix-cache",
+    "recommended": ["--pask-policy", str(ROOT / "policies" / "pask-tiny-fc.b0.33.json"), "--disable-radix-cache"],
+    "radix": ["--pask-policy", str(ROOT / "experiments/policies/pask-tiny-fc.segment.b0.33.json"),
+              "--pask-segment", "system"],
+    "chunked": ["--pask-policy", str(ROOT / "policies" / "pask-tiny-fc.b0.33.json"), "--disable-radix-cache",
                 "--max-total-tokens", "1200"],
 }
 #: cases the engine can run (a 200 is right): a stop id that no token ever matches

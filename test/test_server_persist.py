@@ -39,7 +39,7 @@ requests = pytest.importorskip("requests")
 from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.json"
+POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
 SCORER = ROOT / "policies" / "pask-tiny-fc.kvzap.safetensors"
 BUDGET = 0.33
 MAX_TOTAL = 4096

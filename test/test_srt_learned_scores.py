@@ -176,7 +176,7 @@ def test_the_server_runs_a_pask_policy_whose_residual_reads_the_learned_scorer(t
     from sglang_pask.methods.learned import scorer_sha256
     from sglang_pask.srt.serving import ServingFlags, build_config
 
-    doc = json.loads((ROOT / "policies" / "pask-tiny-fc.ranked.b0.2.json").read_text())
+    doc = json.loads((ROOT / "experiments" / "policies" / "pask-tiny-fc.ranked.b0.2.json").read_text())
     for old in ("attention_blend", "attention_stat", "head_split", "residual_split"):
         doc.pop(old, None)
     doc["residual"] = {"blend": 0.5, "stat": "learned", "per_head": True, "split": "scores"}
@@ -200,7 +200,7 @@ def test_the_server_runs_kvzap_with_a_scorer_bound_to_its_model():
     from sglang_pask.srt.serving import ServingFlags, build_config
 
     assert "kvzap" in server_methods()
-    policy = str(ROOT / "policies" / "pask-tiny-fc.json")
+    policy = str(ROOT / "policies" / "pask-tiny-fc.b0.33.json")
     with pytest.raises(ValueError, match=r"--pask-scorer: kvzap needs a scorer file: pass --pask-scorer PATH"):
         build_config(policy, ServingFlags(method="kvzap"))
     with pytest.raises(ValueError, match=r"--pask-scorer: method 'snapkv' reads no learned scorer"):

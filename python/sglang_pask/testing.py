@@ -222,6 +222,15 @@ def readme_blocks(path, marker: str = "readme-test") -> list[ReadmeBlock]:
     return out
 
 
+def documented_blocks(root, marker: str = "readme-test") -> list[ReadmeBlock]:
+    """Every marked block of the README and of the pages under ``docs/`` (where the README's
+    reference sections live), README first, then the pages by name."""
+    from pathlib import Path
+
+    pages = [Path(root) / "README.md", *sorted((Path(root) / "docs").glob("*.md"))]
+    return [b for page in pages for b in readme_blocks(page, marker)]
+
+
 def run_readme_block(block: ReadmeBlock, cwd, tmp, port: int | None = None,
                      timeout: float = 900) -> tuple[subprocess.CompletedProcess, float, list[str]]:
     """Run ``block`` as written from ``cwd`` (``$PORT`` set to ``port``, as a user sets it;

@@ -5,7 +5,7 @@ reports, never for choosing anything (the BFCL calib split does that). Constrain
 (``tool_choice="required"``), greedy, the prefill schedule for every method (as the budget table).
 Writes report.md, results.json, meta.json into ``--out``.
 
-    .venv/bin/python bench/real_model_everyday.py --out bench/results/qwen2.5-coder-0.5b-instruct-everyday
+    .venv/bin/python -m experiments.real_model_everyday --out experiments/results/qwen2.5-coder-0.5b-instruct-everyday
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+from sglang_pask.eval.checker import standardize_string
+
+from bench.server_capacity import run_meta, write_outputs
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from server_capacity import run_meta, write_outputs  # noqa: E402
-from sglang_pask.eval.checker import standardize_string  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "everyday_tool_requests.json"
 
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--methods", default="full,streaming,snapkv:per_head=false,snapkv:per_head=true,pask",
                    help="comma list; pask once per --policies entry")
-    p.add_argument("--policies", default="policies/qwen2.5-coder-0.5b-instruct.json",
+    p.add_argument("--policies", default="policies/qwen2.5-coder-0.5b-instruct.b0.33.json",
                    help="comma list of policies for pask")
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--out", required=True)
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         rows.append({"method": label, "exact": n, "n": len(outs), "outputs": outs})
         print(f"{label}: {n}/{len(outs)} exact", flush=True)
     meta = run_meta(t0)
-    lines = ["# Everyday tool requests on the real model (written by bench/real_model_everyday.py)", "",
+    lines = ["# Everyday tool requests on the real model (written by experiments/real_model_everyday.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, reference runner, constrained, greedy, prefill schedule, budget {a.budget:g} "

@@ -5,9 +5,9 @@
 # predictions of KVzip's scores instead (`attention_stat=learned`, policies/pask-tiny-fc.kvzap.safetensors,
 # fitted on train; no extra forward). The policies were calibrated with KVzip's scores; a policy
 # calibrated with the learned statistic is the next step. Same runner settings as
-# bench/kvzap_calib.sh (prefill, tool_choice required, greedy, 128 tokens), so its KVzip and
-# KVzap runs on the same entries pair with these (bench/results/pask-tiny-fc-calib-kvzap-n100).
-#   bash bench/learned_residual_probe.sh          # N=100: the ranked 0.2 and the sturdier 0.33 policy
+# experiments/kvzap_calib.sh (prefill, tool_choice required, greedy, 128 tokens), so its KVzip and
+# KVzap runs on the same entries pair with these (experiments/results/pask-tiny-fc-calib-kvzap-n100).
+#   bash experiments/learned_residual_probe.sh          # N=100: the ranked 0.2 and the sturdier 0.33 policy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100}
@@ -15,19 +15,19 @@ MODEL=${MODEL:-models/pask-tiny-fc}
 SCORER=${SCORER:-policies/pask-tiny-fc.kvzap.safetensors}
 RUNS=${RUNS:-runs/calib-learned-residual}
 KVZAP_RUNS=${KVZAP_RUNS:-runs/calib-kvzap}
-RESULTS=${RESULTS:-bench/results/pask-tiny-fc-calib-learned-residual-n$N}
+RESULTS=${RESULTS:-experiments/results/pask-tiny-fc-calib-learned-residual-n$N}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$RESULTS"
 t0=$(date +%s)
-for spec in 0.2:policies/pask-tiny-fc.ranked.b0.2.json 0.33:policies/pask-tiny-fc.sturdy-attn.b0.33.json; do
+for spec in 0.2:experiments/policies/pask-tiny-fc.ranked.b0.2.json 0.33:experiments/policies/pask-tiny-fc.sturdy-attn.b0.33.json; do
   b=${spec%%:*}; policy=${spec#*:}
   $PY -m sglang_pask.cli sweep --model "$MODEL" --data "synthetic:calib:$N:tiny" --policy "$policy" \
       --methods "pask,pask:attention_stat=learned:scorer=$SCORER" --budgets "$b" --schedules prefill \
       --tool-choice required --max-tokens 128 --jobs 1 --no-progress --out "$RUNS/b$b" --results "$RESULTS/b$b"
 done
-# KVzip and KVzap on the same entries (bench/kvzap_calib.sh; run here when missing)
-[[ -d "$KVZAP_RUNS/kvzip-prefill-0.2" ]] || RUNS=$KVZAP_RUNS RESULTS=/tmp/kvzap-calib-n$N N=$N bash bench/kvzap_calib.sh
+# KVzip and KVzap on the same entries (experiments/kvzap_calib.sh; run here when missing)
+[[ -d "$KVZAP_RUNS/kvzip-prefill-0.2" ]] || RUNS=$KVZAP_RUNS RESULTS=/tmp/kvzap-calib-n$N N=$N bash experiments/kvzap_calib.sh
 tag=${SCORER//\//_}
 for b in 0.2 0.33; do
   learned="$RUNS/b$b/pask+attention_stat=learned+scorer=$tag-prefill-$b"
@@ -39,7 +39,7 @@ for b in 0.2 0.33; do
 done
 cat "$RESULTS"/paired-b*.md
 # what wrote the folder (the results page names it)
-$PY - "$RESULTS" "$t0" "bash bench/learned_residual_probe.sh" <<'PY'
+$PY - "$RESULTS" "$t0" "bash experiments/learned_residual_probe.sh" <<'PY'
 import json, os, platform, subprocess, sys, time
 out, t0, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -15,7 +15,7 @@ the median over the window's decode log lines of ``#running-req / gen throughput
 (``--decode-log-interval 1``: one line per step). The samples stay in ``--out``/py-spy/ (py-spy's
 raw format: one collapsed stack and its count per line).
 
-    .venv/bin/python bench/decode_profile.py --out bench/results/decode-profile
+    .venv/bin/python -m experiments.decode_profile --out experiments/results/decode-profile
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import MATCHED, bench_serving, run_meta, tool_requests, write_dataset, write_outputs  # noqa: E402
-from sglang_pask.testing import running_server  # noqa: E402
+from sglang_pask.policy.shipped import shipped_policy
+from sglang_pask.testing import running_server
+
+from bench.server_capacity import MATCHED, bench_serving, run_meta, tool_requests, write_dataset, write_outputs
 
 #: (category, regex on one py-spy frame ``function (file:line)``), tried root first: a sample
 #: counts in the first category any of its frames matches; the rest of a forward is "model,
@@ -140,7 +141,7 @@ def one(model: str, policy: str, n: int, dataset: Path, variant: tuple, a, work:
 
 def report(rows: list[dict], meta: dict, a) -> str:
     cats = [*(name for name, _ in CATEGORIES), "scheduler"]
-    lines = ["# One decode step, profiled (written by bench/decode_profile.py)", "",
+    lines = ["# One decode step, profiled (written by experiments/decode_profile.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). `{a.model}`; PASK: `{a.policy}` at its own operating point; "
              f"{a.output_len} output tokens per request, all sent at once; py-spy at {a.rate} Hz for "
@@ -164,7 +165,7 @@ def report(rows: list[dict], meta: dict, a) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--running", default="16,64", help="requests sent at once, all running together")
     p.add_argument("--prompt-tokens", type=int, default=1100)
     p.add_argument("--output-len", type=int, default=512, help="long enough that the window sees decode only")

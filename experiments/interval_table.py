@@ -11,7 +11,7 @@ table picks (written by this script: report.md, results.json, meta.json into ``-
 * The pick: among the intervals whose calib accuracy is within ``--tolerance`` points of interval
   1's, the one of highest output throughput.
 
-    .venv/bin/python bench/interval_table.py --out bench/results/pask-tiny-fc-interval-table
+    .venv/bin/python -m experiments.interval_table --out experiments/results/pask-tiny-fc-interval-table
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import (  # noqa: E402
+from sglang_pask.policy.shipped import shipped_policy
+
+from bench.server_capacity import (
     calib_runner,
     pair,
     parse_points,
@@ -53,7 +54,7 @@ def accuracy_rows(a, intervals: list[int]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--data", default="synthetic:calib:200:tiny")
     p.add_argument("--intervals", default="1,4,16,64")
     p.add_argument("--max-tokens", type=int, default=128)
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
     pick = max(eligible, key=lambda r: r["output_throughput"])
     meta = run_meta(t0)
     full = serve["full"]
-    lines = ["# The compression interval by measurement (written by bench/interval_table.py)", "",
+    lines = ["# The compression interval by measurement (written by experiments/interval_table.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, `{a.policy}` at b = {budget:g}. Accuracy: reference runner on `{a.data}` (calib), "

@@ -17,7 +17,7 @@ Prints every request's status and the first line of its body, the log lines that
 (``compression failed``, ``Traceback``, ``IndexError``) and whether the server is alive, and
 writes them to ``--out`` (``report.md``, ``results.json``).
 
-    .venv/bin/python bench/trust_boundary.py --out bench/results/trust-boundary-after
+    .venv/bin/python -m experiments.trust_boundary --out experiments/results/trust-boundary-after
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from sglang_pask.testing import running_server
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "pask-tiny-fc"
 MODES = {
-    "recommended": ["--pask-policy", "policies/pask-tiny-fc.json", "--disable-radix-cache"],
-    "radix": ["--pask-policy", "policies/pask-tiny-fc.segment.json", "--pask-segment", "system"],
-    "chunked": ["--pask-policy", "policies/pask-tiny-fc.json", "--disable-radix-cache",
+    "recommended": ["--pask-policy", "policies/pask-tiny-fc.b0.33.json", "--disable-radix-cache"],
+    "radix": ["--pask-policy", "experiments/policies/pask-tiny-fc.segment.b0.33.json", "--pask-segment", "system"],
+    "chunked": ["--pask-policy", "policies/pask-tiny-fc.b0.33.json", "--disable-radix-cache",
                 "--max-total-tokens", "1200"],
 }
 LOG_MARKS = ("compression failed", "Traceback", "IndexError", "bad tags", "forged", "reserved")

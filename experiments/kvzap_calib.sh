@@ -4,8 +4,8 @@
 # train; eval is not touched), KVzip's strongest schedule (prefill), tool_choice=required, greedy,
 # 128 tokens. One `pask sweep` (both methods share each prompt's forward where their cache kinds
 # allow) and the paired bootstrap of KVzap against KVzip per budget.
-#   bash bench/kvzap_calib.sh                       # N=100, budgets 0.33 and 0.2 (~2 min, 1 thread)
-#   N=300 BUDGETS=0.5,0.33,0.2 bash bench/kvzap_calib.sh
+#   bash experiments/kvzap_calib.sh                       # N=100, budgets 0.33 and 0.2 (~2 min, 1 thread)
+#   N=300 BUDGETS=0.5,0.33,0.2 bash experiments/kvzap_calib.sh
 # Writes RESULTS/report.md (+ .json, .png, meta.json) and RESULTS/paired.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ BUDGETS=${BUDGETS:-0.33,0.2}
 MODEL=${MODEL:-models/pask-tiny-fc}
 SCORER=${SCORER:-policies/pask-tiny-fc.kvzap.safetensors}
 RUNS=${RUNS:-runs/calib-kvzap}
-RESULTS=${RESULTS:-bench/results/pask-tiny-fc-calib-kvzap-n$N}
+RESULTS=${RESULTS:-experiments/results/pask-tiny-fc-calib-kvzap-n$N}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 $PY -m sglang_pask.cli sweep --model "$MODEL" --data "synthetic:calib:$N:tiny" \

@@ -3,7 +3,7 @@ off) and the reference runner at the same method, budget and schedule; per compr
 the positions only the server kept and only the runner kept (``(head, position)`` for a per-KV-head
 method; bench/server_parity.py counts the mismatches; this names them).
 
-    .venv/bin/python bench/parity_kept_diff.py --method snapkv --budget 0.33 --schedule prefill \
+    .venv/bin/python -m experiments.parity_kept_diff --method snapkv --budget 0.33 --schedule prefill \
         --ids synthetic_parallel_multiple_eval_3,synthetic_parallel_eval_14
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_parity import openai_kwargs, reference_runner, server_side  # noqa: E402
+from sglang_pask.policy.shipped import shipped_policy
+
+from bench.server_parity import openai_kwargs, reference_runner, server_side
 
 
 def _entries(kept: list) -> set:
@@ -28,7 +28,7 @@ def _entries(kept: list) -> set:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--method", default="pask")
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--schedule", default="prefill")

@@ -13,8 +13,9 @@ between consecutive decode steps). Three variants per N: request by request
 (``SGLANG_PASK_OPS=reference``) and batched with csrc's compiled ones (the default when built;
 the row says which ran, from ``/server_info`` ``kernels``).
 
-    .venv/bin/python bench/compression_share.py --out bench/results/compression-share
-    .venv/bin/python bench/compression_share.py --point policy --out bench/results/compression-share-defaults
+    .venv/bin/python -m experiments.compression_share --out experiments/results/compression-share
+    .venv/bin/python -m experiments.compression_share --point policy \
+        --out experiments/results/compression-share-defaults
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import (  # noqa: E402
+from sglang_pask.policy.shipped import shipped_policy
+from sglang_pask.testing import running_server
+
+from bench.server_capacity import (
     MATCHED,
     bench_serving,
     run_meta,
@@ -36,7 +39,6 @@ from server_capacity import (  # noqa: E402
     write_dataset,
     write_outputs,
 )
-from sglang_pask.testing import running_server  # noqa: E402
 
 #: (label, environment) of each variant, in the order they run; ``--variants`` names them by key
 VARIANTS = (("request by request", {"SGLANG_PASK_BATCHED_COMPRESSION": "0", "SGLANG_PASK_OPS": "reference"}),
@@ -69,7 +71,7 @@ def one(model, policy, n, out_len, dataset, variant: str, work: Path, point: str
         res = bench_serving(srv, model, dataset, n, n, work / f"out-{n}-{variant.replace(' ', '_')}.jsonl")
         pask = server_info(srv)["internal_states"][0].get("pask") or {}
         log = srv.log()
-    from server_capacity import DECODE_RE
+    from bench.server_capacity import DECODE_RE
 
     running = [int(x) for x in DECODE_RE.findall(log)]
     t = pask.get("compression_time") or {}
@@ -88,7 +90,7 @@ def one(model, policy, n, out_len, dataset, variant: str, work: Path, point: str
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--running", default="16,64", help="requests sent at once (and running at once)")
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=1100)
@@ -114,7 +116,7 @@ def main(argv=None) -> int:
             for key in a.variants.split(","):
                 rows.append(one(a.model, a.policy, n, a.output_len, ds, VARIANT_KEYS[key], work, a.point))
     meta = run_meta(t0)
-    lines = ["# Compression's share of the decode loop (written by bench/compression_share.py)", "",
+    lines = ["# Compression's share of the decode loop (written by experiments/compression_share.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). "
              f"`{a.model}`, `{a.policy}` " + (

@@ -4,7 +4,7 @@
 # the tool's JSON schema) vs `TOOL_STRICT=0` (SGLang's default: only the tool names are
 # constrained), each scored with `pask eval --backend openai`, tool_choice=required, greedy, 128
 # tokens, on the calib split (where a default would be chosen) and the eval split (reported).
-#   bash bench/strict_schema_eval.sh                 # N=200 per split
+#   bash experiments/strict_schema_eval.sh                 # N=200 per split
 # Writes RESULTS/<split>.md (bench/paired_table.py: strict - off, paired 95% bootstrap) and wall.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ SPLITS=${SPLITS:-"calib eval"}
 WORKERS=${WORKERS:-4}
 NAME=$(basename "$MODEL")
 OUT=${OUT:-runs/strict-schema-$NAME-n$N}
-RESULTS=${RESULTS:-bench/results/$NAME-strict-schema-n$N}
+RESULTS=${RESULTS:-experiments/results/$NAME-strict-schema-n$N}
 mkdir -p "$OUT" "$RESULTS"
 SECONDS=0
 for split in $SPLITS; do

@@ -2,7 +2,7 @@
 ``pask calibrate --search-start`` for the ranked calibration; the eval split is never used).
 
 Each variant is the sturdier calibration's attention-informed 0.2 policy
-(``policies/pask-tiny-fc.sturdy-attn.b0.2.json``: two 2-layer groups, a recent window of 27
+(``experiments/policies/pask-tiny-fc.sturdy-attn.b0.2.json``: two 2-layer groups, a recent window of 27
 tokens, floors on the names, values and query text) with some of its fields replaced: the
 residual ranked by KVzip's scores per KV head (residual ``stat: kvzip``, ``per_head``), the
 recent window, the floors, the blend, the residual split (``share`` or ``scores``) and the layer
@@ -10,7 +10,7 @@ groups (one per layer: the class order and floors of each 2-layer group repeated
 layers, equal shares). KVzip itself runs beside them. Every variant is one ``pask sweep`` cell
 (prefill schedule, tool_choice required, 128 tokens); one ``pask report`` holds them all.
 
-    .venv/bin/python bench/ranked_probe.py --out bench/results/pask-tiny-fc-calib-ranked-probe-n100
+    .venv/bin/python -m experiments.ranked_probe --out experiments/results/pask-tiny-fc-calib-ranked-probe-n100
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from sglang_pask.policy.residual import convert_document
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "policies/pask-tiny-fc.sturdy-attn.b0.2.json"
+BASE = "experiments/policies/pask-tiny-fc.sturdy-attn.b0.2.json"
 PINS = ("TOOL_NAME", "PARAM_NAME", "ENUM_VALUE", "QUERY_VALUE", "QUERY_TEXT")
 KVZIP_HEADS = {"attention_stat": "kvzip", "head_split": True}
 #: name -> (fields replaced, floors (None: the base's), one group per layer)
@@ -97,7 +97,7 @@ def main() -> int:
                    stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    meta = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "code": commit,
+    meta = {"command": "python -m experiments.ranked_probe " + " ".join(sys.argv[1:]), "code": commit,
             "base": BASE,
             "variants": {n: {"fields": f, "floors": fl, "one_group_per_layer": pl}
                          for n, (f, fl, pl) in VARIANTS.items()},

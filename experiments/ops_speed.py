@@ -7,7 +7,7 @@ structural classes; 1/3 already dropped per unit, as after earlier steps), the s
 policy at its budget, ``select_padded`` timed over ``--reps`` repetitions per variant, variants
 interleaved so drift hits both. Both variants keep exactly the same sets (checked every run).
 
-    .venv/bin/python bench/ops_speed.py --out bench/results/ops-speed
+    .venv/bin/python -m experiments.ops_speed --out experiments/results/ops-speed
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from sglang_pask.policy.shipped import shipped_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import run_meta, write_outputs  # noqa: E402
+from bench.server_capacity import run_meta, write_outputs
 
 
 def batch_for(policy, R: int, T: int, seed: int):
@@ -41,7 +40,7 @@ def batch_for(policy, R: int, T: int, seed: int):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--running", default="16,64")
     p.add_argument("--tokens", type=int, default=1200)
     p.add_argument("--reps", type=int, default=30)
@@ -80,7 +79,8 @@ def main(argv=None) -> int:
     os.environ.pop(ops.ENV, None)
     ops._load.cache_clear()
     meta = run_meta(t0)
-    lines = ["# PASK's batched selection per decode step: torch reference vs csrc (written by bench/ops_speed.py)", "",
+    lines = ["# PASK's batched selection per decode step: torch reference vs csrc "
+             "(written by experiments/ops_speed.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}). `{a.policy}` at "
              f"budget {policy.budget:g}; {a.tokens} positions per request; median of {a.reps} interleaved runs; "
              f"kernels: {ops.implementation()}. Same kept sets in both variants (checked).", "",

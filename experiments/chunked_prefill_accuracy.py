@@ -10,7 +10,8 @@ each chunk end compressing to the method's budget. The tiny calib prompts are ab
 small pools stand in for long prompts. Per row: accuracy, entries that flip against the whole-prompt
 row, the share of prompts written in chunks and their mean chunk ends.
 
-    .venv/bin/python bench/chunked_prefill_accuracy.py --out bench/results/pask-tiny-fc-chunked-prefill-calib
+    .venv/bin/python -m experiments.chunked_prefill_accuracy \
+        --out experiments/results/pask-tiny-fc-chunked-prefill-calib
 
 Writes ``report.md``, ``results.json`` and ``meta.json`` into ``--out``.
 """
@@ -20,10 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_capacity import calib_runner, run_meta, write_outputs  # noqa: E402
+from sglang_pask.policy.shipped import shipped_policy
+
+from bench.server_capacity import calib_runner, run_meta, write_outputs
 
 
 def variants(a) -> list[tuple[str, object]]:
@@ -38,7 +39,7 @@ def variants(a) -> list[tuple[str, object]]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--data", default="synthetic:calib:200:tiny")
     p.add_argument("--pools", default="192,160,128,96")
     p.add_argument("--strict", default="128,64")
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
         print(f"[chunked] {row}", flush=True)
     meta = run_meta(t0)
     point = policy.point.describe() if policy.point else "default"
-    lines = ["# The accuracy cost of the chunked prefill rule (written by bench/chunked_prefill_accuracy.py)", "",
+    lines = ["# The accuracy cost of the chunked prefill rule (written by experiments/chunked_prefill_accuracy.py)", "",
              f"Command: `{meta['command']}` ({meta['machine']}, {meta['code']}, {meta['date']}, "
              f"{meta['wall_s']:.0f} s). `{a.model}`, `{a.policy}` at b = {policy.budget:g}, its operating point "
              f"({point}). Reference runner on `{a.data}` (calib), constrained, greedy, tool_choice required. "

@@ -6,7 +6,7 @@ at prefill end) at each budget, and reports per layer: the allocation (tokens ke
 the prompt kept, and the share of tool-name / parameter-name / query-value tokens kept. Writes a
 markdown table (and the raw numbers as JSON) to ``--out``:
 
-    .venv/bin/python bench/pyramid_allocations.py --out bench/results/pask-tiny-fc-pyramidkv-allocations
+    .venv/bin/python -m experiments.pyramid_allocations --out experiments/results/pask-tiny-fc-pyramidkv-allocations
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     entries = load_spec(args.data)
     settings = Settings(max_tokens=1, tool_choice="required")
     base = load_runner(args.model)
-    out: dict = {"command": " ".join(["python", "bench/pyramid_allocations.py", *sys.argv[1:]]),
+    out: dict = {"command": " ".join(["python", "-m", "experiments.pyramid_allocations", *sys.argv[1:]]),
                  "data": args.data, "cells": {}}
     lines = [f"Per-layer means over {len(entries)} entries of `{args.data}` (prefill end, schedule prefill). "
              f"Command: `{out['command']}`.", ""]

@@ -7,7 +7,7 @@ compression is read: per structural class, the share of that class's prompt toke
 (over all layers and KV heads), and per layer, the share of the budget it got (accuracy: the
 sweeps' tables).
 
-    .venv/bin/python bench/kept_by_class.py --out bench/results/pask-tiny-fc-kept-by-class-calib
+    .venv/bin/python -m experiments.kept_by_class --out experiments/results/pask-tiny-fc-kept-by-class-calib
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import sys
 import time
 
 import numpy as np
+from sglang_pask.policy.shipped import shipped_policy
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models/pask-tiny-fc")
-    p.add_argument("--policy", default="policies/pask-tiny-fc.b0.33.json")
+    p.add_argument("--policy", default=shipped_policy("models/pask-tiny-fc"))
     p.add_argument("--data", default="synthetic:calib:60:tiny")
     p.add_argument("--n", type=int, default=60)
     p.add_argument("--budget", type=float, default=0.33)
@@ -66,8 +67,9 @@ def main(argv=None) -> int:
                       "budget_share_by_layer": [round(float(x), 4) for x in layer_share / layer_share.sum()]}
         print(spec, json.dumps(rows[spec]), flush=True)
     classes = [c for c in rows[next(iter(rows))]["kept_share_by_class"]]
-    lines = ["# What each method keeps at prefill end (written by bench/kept_by_class.py)", "",
-             f"Command: `python {' '.join(sys.argv)}` ({time.time() - t0:.0f} s). `{a.model}`, {len(entries)} entries "
+    lines = ["# What each method keeps at prefill end (written by experiments/kept_by_class.py)", "",
+             f"Command: `python -m experiments.kept_by_class {' '.join(sys.argv[1:])}` "
+             f"({time.time() - t0:.0f} s). `{a.model}`, {len(entries)} entries "
              f"of `{a.data}`, b = {a.budget:g}, prefill schedule, reference runner. Share of each class's prompt "
              "token-head slots kept (all layers and KV heads).", "",
              "| class | " + " | ".join(rows) + " |", "|---|" + "---:|" * len(rows)]
