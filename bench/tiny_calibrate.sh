@@ -13,7 +13,7 @@
 #   # a repeat at another commit differs in the policies' provenance lines only (tool_version, date): said so
 #   # the segment policy (issue 13): searched with the tools block compressed alone, own tokens kept
 #   OUT=experiments/policies/pask-tiny-fc.segment.json BUDGETS=0.33 EXTRA="--segment system --own-budget 1 --baseline snapkv:per_head=false" \
-#     RESULTS=bench/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
+#     RESULTS=experiments/results/pask-tiny-fc-calibration-segment bash bench/tiny_calibrate.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 given=""  # the command as run: the variables it was given (before the defaults below)
