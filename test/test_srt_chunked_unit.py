@@ -1,4 +1,4 @@
-"""The chunked prefill rule on the scheduler side (srt/chunked.py) on CPU at tiny sizes, no server:
+"""The chunked prefill rule on the scheduler side (srt/managers/chunked.py) on CPU at tiny sizes, no server:
 real ``Req`` objects, SGLang's ``ReqToTokenPool`` and the PASK pools (srt_kit.py).
 
 * the rule of a process: chunks of ``--pask-prefill-chunk`` (default a quarter of a unit pool)
@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.chunks import ChunkRule  # noqa: E402
-from sglang_pask.srt import chunked  # noqa: E402
-from sglang_pask.srt.persist import compress_request  # noqa: E402
+from sglang_pask.srt.managers import chunked  # noqa: E402
+from sglang_pask.srt.managers.persist import compress_request  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The trust boundary on CPU, no server (srt/edge.py, srt/request_tags.py; DESIGN.md §6):
+"""The trust boundary on CPU, no server (srt/entrypoints/edge.py, srt/managers/request_tags.py; DESIGN.md §6):
 
 * the tags action the server attaches is signed under its per-server key; a changed payload, an
   action signed under another key, or one written by hand does not verify;
@@ -25,8 +25,10 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang.srt.managers.kv_hints import KvHintAction, KvHintsEnvelope  # noqa: E402
-from sglang_pask.srt import edge, request_tags, seam  # noqa: E402
-from sglang_pask.srt.request_tags import (  # noqa: E402
+from sglang_pask.srt import seam  # noqa: E402
+from sglang_pask.srt.entrypoints import edge  # noqa: E402
+from sglang_pask.srt.managers import request_tags  # noqa: E402
+from sglang_pask.srt.managers.request_tags import (  # noqa: E402
     ACTION_TYPE,
     COUNTERS,
     ENV_HINT_KEY,
@@ -257,7 +259,7 @@ def test_middleware_hands_other_bodies_on_unchanged(chunks):
 def test_seam_middleware_declaration():
     fastapi = pytest.importorskip("fastapi")
     app = fastapi.FastAPI()
-    d = seam.AppMiddleware(f"{__name__}._APP", "sglang_pask.srt.edge:JsonObjectBody")
+    d = seam.AppMiddleware(f"{__name__}._APP", "sglang_pask.srt.entrypoints.edge:JsonObjectBody")
     globals()["_APP"] = app
     try:
         assert "is not in" in seam.check(d)
@@ -271,7 +273,7 @@ def test_seam_middleware_declaration():
     finally:
         del globals()["_APP"]
     declared = [x for x in seam.DECLARED if isinstance(x, seam.AppMiddleware)]
-    assert [x.cls for x in declared] == ["sglang_pask.srt.edge:JsonObjectBody"]
+    assert [x.cls for x in declared] == ["sglang_pask.srt.entrypoints.edge:JsonObjectBody"]
 
 
 def test_plugin_makes_a_new_key(monkeypatch):

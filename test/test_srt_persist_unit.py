@@ -1,4 +1,4 @@
-"""Drops at SGLang's eviction point (srt/persist.py) on CPU at tiny sizes: real ``Req`` objects with
+"""Drops at SGLang's eviction point (srt/managers/persist.py) on CPU at tiny sizes: real ``Req`` objects with
 the plugin's tags, SGLang's ``ReqToTokenPool`` and the PASK pools (tests/srt_kit.py), no server.
 
 For every method the server runs, under both schedules: at each compression ``compress_request``
@@ -16,9 +16,14 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.base import CacheView  # noqa: E402
-from sglang_pask.srt import persist  # noqa: E402
-from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request, record_release  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.managers import persist  # noqa: E402
+from sglang_pask.srt.managers.persist import (  # noqa: E402
+    PROTECTED_TAIL,
+    compress_batch,
+    compress_request,
+    record_release,
+)
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
 from srt_kit import Rig, assert_twins_then_idle, compress_step, reset_counters, serving_config  # noqa: E402
 

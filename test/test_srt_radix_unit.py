@@ -1,4 +1,4 @@
-"""The PASK radix cache (srt/radix_cache.py, srt/radix_tags.py) on CPU at tiny sizes: SGLang's
+"""The PASK radix cache (srt/mem_cache/radix_cache.py, srt/mem_cache/radix_tags.py) on CPU at tiny sizes: SGLang's
 ``UnifiedRadixCache`` (Python tree core) with :class:`PaskFullComponent` over the PASK pools,
 driven by SGLang's own ``checkpoint_kv_cache`` / ``release_kv_cache`` with real ``Req`` objects
 (srt_kit.py), no server.
@@ -22,7 +22,9 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.segment import segment_kept  # noqa: E402
-from sglang_pask.srt import radix_tags, segments, serving  # noqa: E402
+from sglang_pask.srt import serving  # noqa: E402
+from sglang_pask.srt.managers import segments  # noqa: E402
+from sglang_pask.srt.mem_cache import radix_tags  # noqa: E402
 from srt_kit import Rig, prompt_classes, reset_counters, serving_config  # noqa: E402
 
 S, OWN = 24, 12
@@ -47,7 +49,7 @@ def use_config(monkeypatch):
 
 
 def _namespace(config) -> str:
-    """The cache namespace a request of this segment gets from the plugin's tagging (tag_hooks):
+    """The cache namespace a request of this segment gets from the plugin's tagging (entrypoints/prompt_tags):
     the server's stamp and a digest of the segment's token ids."""
     digest = hashlib.sha256(",".join(map(str, SEG_IDS)).encode()).hexdigest()[:24]
     return f"pask-segment:{config.stamp}:{digest}"
@@ -109,7 +111,7 @@ def test_publish_cut_share_release_evict(use_config):
     assert segments.COUNTERS["segments_compressed"] == 1  # not compressed twice
     for req in (a, b):
         for _ in range(3):
-            from sglang_pask.srt.persist import compress_request
+            from sglang_pask.srt.managers.persist import compress_request
 
             compress_request(req, rig.req_to_token, rig.alloc, config)
             rig.decode(req)
@@ -185,7 +187,7 @@ def test_full_prefill_keeps_the_block_whole_and_hits_read_views(use_config):
     keeps the segment whole (stamped ``/full``, nothing cut); a second request matches it (a hit:
     its row points at the tree's slots, nothing recomputed) and, once its prompt is written, reads
     only the kept positions (its view); releasing clears the views and balances the pools."""
-    from sglang_pask.srt import segment_views
+    from sglang_pask.srt.mem_cache import segment_views
 
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=0.5,
                                        segment_prefill="full"))
@@ -243,7 +245,7 @@ def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
     request holds is never demoted; a later request hits the demoted block; LRU evicts only what
     demotion cannot free; the pools balance after every step and are idle at the end."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-    from sglang_pask.srt import radix_cache, segment_views
+    from sglang_pask.srt.mem_cache import radix_cache, segment_views
 
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=1.0,
                                        segment_prefill="full"))

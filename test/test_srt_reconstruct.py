@@ -1,4 +1,4 @@
-"""KVzip's scoring pass in the server (srt/reconstruct.py), on the real pools of the CPU rig: the
+"""KVzip's scoring pass in the server (srt/attention/reconstruct.py), on the real pools of the CPU rig: the
 no-write attention of a reconstruction chunk against a masked softmax written out here -- which
 context positions its queries see (held, ``< sinks`` or in ``[a, b)``, each KV head's own set),
 causal over its own tokens, the output and the recorded score (the most any query of a KV head's
@@ -16,7 +16,7 @@ pytest.importorskip("sglang")
 
 import torch  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc  # noqa: E402
-from sglang_pask.srt import head_masks, reconstruct  # noqa: E402
+from sglang_pask.srt.attention import head_masks, reconstruct  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 KV_HEADS, GROUP, D = 2, 2, 4

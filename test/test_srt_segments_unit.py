@@ -1,4 +1,4 @@
-"""Shared segments (srt/segments.py) on CPU at tiny sizes, the radix cache off: real ``Req`` objects
+"""Shared segments (srt/managers/segments.py) on CPU at tiny sizes, the radix cache off: real ``Req`` objects
 with a segment end in their tags, SGLang's ``ReqToTokenPool`` and the PASK pools (srt_kit.py).
 
 * once a request's KV is written to its segment end (``compressed``) or its whole prompt
@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.segment import own_slots, segment_kept  # noqa: E402
-from sglang_pask.srt import segments  # noqa: E402
-from sglang_pask.srt.persist import compress_request  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
-from sglang_pask.srt.segments import ensure_segment, segment_kept_units, segment_ready  # noqa: E402
+from sglang_pask.srt.managers import segments  # noqa: E402
+from sglang_pask.srt.managers.persist import compress_request  # noqa: E402
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.managers.segments import ensure_segment, segment_kept_units, segment_ready  # noqa: E402
 from srt_kit import (  # noqa: E402
     Rig,
     assert_twins_then_idle,
@@ -147,7 +147,7 @@ def test_batched_segment_compression_equals_request_by_request(method, own_budge
     in the same batch). After every step each request holds the same positions per unit, the same
     slots are free, the same counters count, the batched path never falls back; releasing leaves
     both idle."""
-    from sglang_pask.srt import persist
+    from sglang_pask.srt.managers import persist
 
     config = serving_config(method, 0.33, schedule="continuous", interval=1, segment="system", own_budget=own_budget)
     rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]

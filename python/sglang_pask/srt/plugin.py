@@ -33,8 +33,9 @@ import os
 
 from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error
 from sglang_pask.policy.operating_point import SegmentRule
-from sglang_pask.srt import request_tags, seam, serving
-from sglang_pask.srt.tag_log import ENV_TAG_LOG
+from sglang_pask.srt import seam, serving
+from sglang_pask.srt.managers import request_tags
+from sglang_pask.srt.managers.tag_log import ENV_TAG_LOG
 
 logger = logging.getLogger("sglang_pask")
 
@@ -113,7 +114,7 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     size 1, no overlap scheduling (drops read the just-written state) and the radix cache: with a
     shared segment (``--pask-segment system``, or the policy's) SGLang's setting, as the PASK
     radix cache (``--radix-cache-backend pask``: it caches only compressed shared segments,
-    :mod:`.radix_cache`); otherwise off (a sequence compressed per request must not be shared as a
+    :mod:`.mem_cache.radix_cache`); otherwise off (a sequence compressed per request must not be shared as a
     prefix)."""
     overrides = {k: getattr(args, d) for k, d in (("schedule", "pask_schedule"), ("interval", "pask_interval"))
                  if getattr(args, d, None) is not None}

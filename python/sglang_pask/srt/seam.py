@@ -141,6 +141,8 @@ _XGRAMMAR = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar"
 _CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _COMMON = "sglang.srt.mem_cache.common"
 _SRT = "sglang_pask.srt"
+#: our subsystems, as SGLang's: the HTTP process, the scheduler, KV memory, attention
+_ENTRY, _MGR, _MEM, _ATTN = (f"{_SRT}.{sub}" for sub in ("entrypoints", "managers", "mem_cache", "attention"))
 
 DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddleware, ...] = (
     # -- always: the CLI flags (plugin) --
@@ -150,11 +152,11 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
           "the policy path, pickled with the server args into child processes", group=ALWAYS),
     # -- always: a requested stop is not a crash (process; a no-op outside our launcher) --
     Hook("sglang.srt.utils.common.kill_process_tree", "before", "sglang_pask.process:before_final_kill", ALWAYS),
-    # -- tags (tag_hooks, request_tags) --
-    Hook(f"{_CHAT}._convert_to_internal_request", "after", f"{_SRT}.tag_hooks:after_convert"),
-    Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_SRT}.tag_hooks:around_accept"),
-    Hook(f"{_XGRAMMAR}.rollback", "around", f"{_SRT}.tag_hooks:around_rollback"),
-    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.tag_hooks:around_release"),
+    # -- tags (entrypoints.prompt_tags, managers.output_tags, managers.request_tags) --
+    Hook(f"{_CHAT}._convert_to_internal_request", "after", f"{_ENTRY}.prompt_tags:after_convert"),
+    Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_MGR}.output_tags:around_accept"),
+    Hook(f"{_XGRAMMAR}.rollback", "around", f"{_MGR}.output_tags:around_rollback"),
+    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_MGR}.output_tags:around_release"),
     Stamp("_pask_prompt_tagger", _CHAT, "the prompt tagger, built once per HTTP process"),
     Stamp("_pask_tracker", _XGRAMMAR, "the request's output structure tracker"),
     Stamp("_pask_vocab", _XGRAMMAR, "xgrammar's decoded vocabulary, for the tracker"),
@@ -165,57 +167,57 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
           "the shared segment's radix namespace", ours=False),
     # -- the HTTP edge (edge): bad ids, client-written sglang_pask.* hints, non-object bodies --
     Hook("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request", "after",
-         f"{_SRT}.edge:after_validate_one_request"),
-    AppMiddleware("sglang.srt.entrypoints.http_server.app", f"{_SRT}.edge:JsonObjectBody"),
-    # -- one-line request errors (error_hooks) --
-    Hook(f"{_CHAT}._validate_request", "after", f"{_SRT}.error_hooks:after_validate"),
+         f"{_ENTRY}.edge:after_validate_one_request"),
+    AppMiddleware("sglang.srt.entrypoints.http_server.app", f"{_ENTRY}.edge:JsonObjectBody"),
+    # -- one-line request errors (entrypoints.error_hooks, managers.prompt_limits) --
+    Hook(f"{_CHAT}._validate_request", "after", f"{_ENTRY}.error_hooks:after_validate"),
     AppHandler("sglang.srt.entrypoints.http_server.app", "fastapi.exceptions.RequestValidationError",
-               f"{_SRT}.error_hooks:around_validation_handler"),
-    Hook(f"{_CFG}.configure", "after", f"{_SRT}.error_hooks:after_configure"),
-    Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_SRT}.error_hooks:after_validate_length"),
+               f"{_ENTRY}.error_hooks:around_validation_handler"),
+    Hook(f"{_CFG}.configure", "after", f"{_MGR}.prompt_limits:after_configure"),
+    Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_MGR}.prompt_limits:after_validate_length"),
     # -- per-unit KV pools and compression (persist_hooks, segments) --
-    Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_SRT}.persist_hooks:around_build_pool"),
-    Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_SRT}.persist_hooks:around_build_allocator"),
-    Hook(f"{_CFG}.configure", "around", f"{_SRT}.persist_hooks:around_configure"),
+    Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_MGR}.persist_hooks:around_build_pool"),
+    Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_MGR}.persist_hooks:around_build_allocator"),
+    Hook(f"{_CFG}.configure", "around", f"{_MGR}.persist_hooks:around_configure"),
     Hook("sglang.srt.layers.attention.attention_registry.attn_backend_wrapper", "around",
-         f"{_SRT}.persist_hooks:around_attn_wrapper"),
+         f"{_MGR}.persist_hooks:around_attn_wrapper"),
     Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa", "around",
-         f"{_SRT}.persist_hooks:around_evict"),
+         f"{_MGR}.persist_hooks:around_evict"),
     Hook("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."
-         "_add_memory_usage", "after", f"{_SRT}.persist_hooks:after_memory_usage"),
-    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.persist_hooks:around_release"),
+         "_add_memory_usage", "after", f"{_MGR}.persist_hooks:after_memory_usage"),
+    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_MGR}.persist_hooks:around_release"),
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission", "around",
-         f"{_SRT}.prefill_hooks:around_select_admission"),
-    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.prefill_hooks:around_checkpoint"),
+         f"{_MGR}.prefill_hooks:around_select_admission"),
+    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_MGR}.prefill_hooks:around_checkpoint"),
     # -- the learned scorer (learned_scores): capture the attention input in the forwards that run --
     Hook("sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends", "after",
-         f"{_SRT}.learned_scores:after_init_backends"),
+         f"{_ATTN}.learned_scores:after_init_backends"),
     Hook("sglang.srt.model_executor.model_runner.ModelRunner.forward", "around",
-         f"{_SRT}.learned_scores:around_forward"),
+         f"{_ATTN}.learned_scores:around_forward"),
     # -- the chunked prefill rule (chunked; admission and checkpoint through prefill_hooks) --
     Hook("sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info", "around",
-         f"{_SRT}.chunked:around_worker_info"),
+         f"{_MGR}.chunked:around_worker_info"),
     Hook("sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens", "around",
-         f"{_SRT}.chunked:around_init_max_new_tokens"),
+         f"{_MGR}.chunked:around_init_max_new_tokens"),
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req", "around",
-         f"{_SRT}.chunked:around_add_chunked_req"),
+         f"{_MGR}.chunked:around_add_chunked_req"),
     Stamp("chunked_req_limit", "sglang.srt.managers.schedule_policy.PrefillAdder",
           "capped at the next chunk end during add_chunked_req", ours=False),
-    Subclass("sglang.srt.mem_cache.memory_pool.KVCache", f"{_SRT}.pools:PaskKVPool", "per-unit KV pool"),
-    Subclass("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", f"{_SRT}.pools:PaskAllocator",
+    Subclass("sglang.srt.mem_cache.memory_pool.KVCache", f"{_MEM}.pools:PaskKVPool", "per-unit KV pool"),
+    Subclass("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", f"{_MEM}.pools:PaskAllocator",
              "full ids + per-unit slots"),
     Subclass("sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend",
-             f"{_SRT}.attention:PaskTorchNativeAttnBackend", "attention over per-unit pools (CPU)"),
+             f"{_ATTN}.torch_native_backend:PaskTorchNativeAttnBackend", "attention over per-unit pools (CPU)"),
     Subclass("sglang.srt.layers.attention.base_attn_backend.AttentionBackend",
-             f"{_SRT}.flashinfer_backend:PaskFlashInferAttnBackend", "attention over per-unit pools (GPU)"),
+             f"{_ATTN}.flashinfer_backend:PaskFlashInferAttnBackend", "attention over per-unit pools (GPU)"),
     # -- the radix cache of shared segments (radix_cache, radix_tags) --
     Registration(RADIX_BACKEND, "sglang.srt.mem_cache.registry.register_radix_cache_backend",
                  "sglang.srt.mem_cache.registry.get_radix_cache_factory",
-                 f"{_SRT}.radix_cache:pask_radix_cache_factory"),
-    Subclass("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", f"{_SRT}.radix_cache:PaskRadixCache",
+                 f"{_MEM}.radix_cache:pask_radix_cache_factory"),
+    Subclass("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", f"{_MEM}.radix_cache:PaskRadixCache",
              "sizes in schedulable tokens, compresses the segment it inserts"),
     Subclass("sglang.srt.mem_cache.unified_cache.components.full.FullComponent",
-             f"{_SRT}.radix_tags:PaskFullComponent", "FULL with structure classes (component override)"),
+             f"{_MEM}.radix_tags:PaskFullComponent", "FULL with structure classes (component override)"),
     Stamp("pask_segment", "sglang.srt.mem_cache.base_prefix_cache.InsertParams", "the segment cap and stamp"),
     Stamp("pask_classes", "sglang.srt.mem_cache.base_prefix_cache.InsertParams", "classes of inserted tokens"),
     Stamp("metadata", "sglang.srt.mem_cache.unified_cache.components.base.ComponentData",

@@ -35,8 +35,9 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
-from sglang_pask.srt import head_masks, reconstruct, segment_views, window_stats
-from sglang_pask.srt.segment_views import held_slots
+from sglang_pask.srt.attention import head_masks, reconstruct, window_stats
+from sglang_pask.srt.mem_cache import segment_views
+from sglang_pask.srt.mem_cache.segment_views import held_slots
 
 #: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
 #: batched one is profiled against: ``bench/decode_profile.py``)
@@ -64,7 +65,7 @@ def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows:
     """Every request's held slots at once: ``(slots [B, L], counts [B])``, both int64. Row ``i``
     holds :func:`held_slots` of ``req_to_token[rows[i], :lens[i]]`` in its first ``counts[i]``
     entries (logical order) and the padding slot 0 after them; ``L`` is the largest count.
-    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``); ``unit``: whose views apply (:mod:`.segment_views`)."""
+    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``); ``unit``: whose views apply (:mod:`..mem_cache.segment_views`)."""
     width = int(lens.max())
     slots = mapping_u[req_to_token[rows, :width].long()]  # [B, width]
     if segment_views.VIEWS:

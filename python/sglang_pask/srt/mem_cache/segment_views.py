@@ -45,10 +45,10 @@ def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[in
 
 def set_view(req, kept_units, demoted: bool = False, device="cpu") -> bool:
     """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
-    per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`);
+    per unit, the sorted segment positions kept (:func:`..managers.segments.segment_kept_units`);
     ``demoted``: the block it read was already demoted (counted); ``device``: the pools' (the
     masks live there, so the attention backends read them without a copy). True if set."""
-    from sglang_pask.srt.request_tags import tags_of
+    from sglang_pask.srt.managers.request_tags import tags_of
 
     row = req.kv.req_pool_idx
     s = int(tags_of(req).segment_end)

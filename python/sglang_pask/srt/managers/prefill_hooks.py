@@ -1,4 +1,4 @@
-"""The two prefill hooks (registered by :mod:`.seam`), shared by the rules that shape a prompt's
+"""The two prefill hooks (registered by :mod:`..seam`), shared by the rules that shape a prompt's
 prefill: the shared-segment rule (:mod:`.segments`, segment mode) and the chunked prefill rule
 (:mod:`.chunked`, no segment). Each request is under one of them at most.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_pask.srt import chunked, segments
+from sglang_pask.srt.managers import chunked, segments
 from sglang_pask.srt.serving import active_config
 
 logger = logging.getLogger("sglang_pask")
@@ -38,7 +38,7 @@ def around_select_admission(original, adder, req, **kwargs):
 
 def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     result = original(req, tree_cache, *args, **kwargs)
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     config = active_config()
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)

@@ -11,14 +11,14 @@ less a margin (a chunk end compresses only as far as the next chunk needs):
 :meth:`~sglang_pask.methods.chunks.ChunkRule.for_pool`. It is off in segment mode
 and for methods that read attention statistics (:func:`sglang_pask.methods.chunks.check_method`).
 
-Hooks (registered by :mod:`.seam`):
+Hooks (registered by :mod:`..seam`):
 
 * ``TpModelWorker.get_worker_info`` (AROUND): ``max_req_len`` / ``max_req_input_len`` from the
   full index space instead of the unit pool (what the tokenizer and the scheduler refuse).
 * ``Scheduler.init_req_max_new_tokens`` (AROUND): SGLang clips a request's ``max_new_tokens`` to
   what fits after its prompt in an empty pool -- 0 for a prompt longer than a unit pool; a chunked
   prompt is clipped instead to what fits after its own compressed prompt (:func:`plan`).
-* ``validate_input_length`` (AFTER, in :mod:`.error_hooks`): a chunked prompt whose peak does
+* ``validate_input_length`` (AFTER, in :mod:`.prompt_limits`): a chunked prompt whose peak does
   not fit an empty unit pool is refused with a message naming the numbers.
 * ``PrefillAdder._select_prefill_admission`` (AROUND, through :mod:`.prefill_hooks`): a chunked prompt
   is admitted on its chunked peak (not its length), and its extend ends at the next chunk end;
@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sglang_pask.methods.chunks import MARGIN, ChunkRule, chunked_need
-from sglang_pask.srt.request_tags import tags_of
+from sglang_pask.srt.managers.request_tags import tags_of
 
 logger = logging.getLogger("sglang_pask")
 
 COUNTERS = {"chunked_requests": 0, "chunk_compressions": 0, "chunk_slots_dropped": 0, "chunks_deferred": 0,
             "chunks_parked": 0, "errors": 0}
-#: this process's rule and the unit pool's slots, set by :func:`configure` (from :func:`.error_hooks.after_configure`)
+#: this process's rule and the unit pool's slots, set by :func:`configure` (from :func:`.prompt_limits.after_configure`)
 _STATE: dict = {"rule": None, "capacity": 0}
 
 
@@ -115,7 +115,7 @@ def around_worker_info(original, worker, *args, **kwargs):
     r = rule()
     if r is None:
         return info
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     alloc = getattr(getattr(worker, "model_runner", None), "token_to_kv_pool_allocator", None)
     if not isinstance(alloc, PaskAllocator):
@@ -210,7 +210,7 @@ def around_add_chunked_req(original, adder, req, *args, **kwargs):
     finally:
         adder.chunked_req_limit = saved
     if req in adder.can_run_list:
-        from sglang_pask.srt.persist import held_positions
+        from sglang_pask.srt.managers.persist import held_positions
         from sglang_pask.srt.serving import active_config
 
         p = plan(req, active_config())
@@ -228,7 +228,7 @@ def compress_chunk(req, req_to_token, allocator, config) -> int:
     written = int(getattr(req, "extend_end", 0) or 0)
     if r is None or written not in set(r.ends(len(req.origin_input_ids))):
         return 0
-    from sglang_pask.srt import persist
+    from sglang_pask.srt.managers import persist
 
     before = persist.COUNTERS["compressions"]
     freed = persist.compress_request(req, req_to_token, allocator, config, seq_len=written, pick=r.method_for)

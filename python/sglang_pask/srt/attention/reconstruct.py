@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sglang_pask.srt import head_masks
-from sglang_pask.srt.segment_views import held_slots
+from sglang_pask.srt.attention import head_masks
+from sglang_pask.srt.mem_cache.segment_views import held_slots
 
 #: queries scored at a time (the runner's chunk, hf/attention.py)
 CHUNK = 256
-#: the torch attention backend (:class:`~.attention.PaskTorchNativeAttnBackend`) when the serving
+#: the torch attention backend (:class:`~.torch_native_backend.PaskTorchNativeAttnBackend`) when the serving
 #: method reads KVzip's scores (set at its construction)
 BACKEND = None
 #: what the scoring costs (``/server_info``: ``reconstruction``): compressions scored, scoring

@@ -3,8 +3,8 @@
 (SnapKV and PyramidKV per layer, PASK with a ``window`` residual scorer), ``"window_heads"`` (SnapKV
 and PyramidKV per KV head, AdaKV, PASK's ``per_head`` scorer) or ``"accumulated"`` (H2O).
 
-The torch attention backend (:mod:`.attention`) hands every forward's queries to
-:meth:`Recorder.record` (extend and decode alike); :mod:`.persist` reads a request's statistics
+The torch attention backend (:mod:`.torch_native_backend`) hands every forward's queries to
+:meth:`Recorder.record` (extend and decode alike); :mod:`..managers.persist` reads a request's statistics
 with :meth:`Recorder.stats` when it builds the request's view (and retires them after step 0 under
 the ``prefill`` schedule); :func:`forget` drops them when the request's KV is released. The
 FlashInfer backend (:mod:`.flashinfer_backend`) hands over the same queries and held keys after

@@ -10,14 +10,15 @@ and the shared segment's end, 0 when none or not in segment mode).
 Trust boundary (DESIGN.md §6): the action is the server's own. :func:`attach` signs its payload
 with an HMAC under a key made once per server (:data:`ENV_HINT_KEY`, set by the launcher's process
 before it starts the scheduler, inherited by every child; a client never sees it). A client-written
-``sglang_pask.*`` action is refused with a 400 at the HTTP edge (:mod:`.edge`), and the scheduler
+``sglang_pask.*`` action is refused with a 400 at the HTTP edge (:mod:`..entrypoints.edge`), and the scheduler
 reads only an action whose signature verifies (:func:`own_payload`); any other is counted
 (``forged``) and ignored. A signed payload is still validated (:func:`validate`: lengths, class
 range, tracker, segment end) before anything reads it; a bad one refuses the request with one
-line (:attr:`RequestTags.error`, through :mod:`.error_hooks`), never a silent Full KV.
+line (:attr:`RequestTags.error`, through :mod:`.prompt_limits`), never a silent Full KV.
 
 Scheduler side (:class:`RequestTags`): prompt classes from the action, output classes from the
-grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.tag_hooks`) or from a
+grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.output_tags`; the
+prompt's by :mod:`..entrypoints.prompt_tags`) or from a
 tracker fed the request's own output ids (unconstrained). A request without an action (its
 tagging failed, the ids differ from the ones SGLang runs, or a ``/generate`` with ids) is classed
 ``OTHER`` throughout and counted (:data:`COUNTERS`); it is served normally, under its budget.

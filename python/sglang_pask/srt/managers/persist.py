@@ -16,7 +16,7 @@ is prefill end):
    request's own positions ``>= S``: the segment keeps what its own compression kept.
 
 A method that selects per KV head (its selection's ``head_mask``) keeps the union of its heads'
-sets in the unit and leaves each head's own set in :mod:`.head_masks` (attention reads it; the
+sets in the unit and leaves each head's own set in :mod:`..attention.head_masks` (attention reads it; the
 next view of the request gets it as ``head_mask``).
 
 With ``--pask-kept-log DIR`` each compression appends ``{"rid", "step", "seq_len", "kept":
@@ -38,8 +38,9 @@ import torch
 
 from sglang_pask.methods.base import AttentionStats, CacheView
 from sglang_pask.methods.padded import PaddedBatch
-from sglang_pask.srt import head_masks, segment_views, window_stats
-from sglang_pask.srt.request_tags import tags_of
+from sglang_pask.srt.attention import head_masks, window_stats
+from sglang_pask.srt.managers.request_tags import tags_of
+from sglang_pask.srt.mem_cache import segment_views
 
 logger = logging.getLogger("sglang_pask")
 
@@ -88,7 +89,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
     seg = tags.segment_end if config.rule.active else 0
     if seg:
         from sglang_pask.methods.segment import own_kept, own_slots, own_view
-        from sglang_pask.srt.segments import segment_kept_units
+        from sglang_pask.srt.managers.segments import segment_kept_units
 
         segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
         allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots, config.rule.own_budget)
@@ -155,8 +156,8 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
 def _attention(req, retained, step: int, method, seq_len: int, allocator=None, full_ids=None, masks=None):
     """The request's attention statistics aligned with ``retained`` (None: the method needs
     none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops.
-    KVzip's scores come from a reconstruction forward run now (:mod:`.reconstruct`); the learned
-    scorer's were stored by full id when the forwards wrote the tokens (:mod:`.learned_scores`;
+    KVzip's scores come from a reconstruction forward run now (:mod:`..attention.reconstruct`); the learned
+    scorer's were stored by full id when the forwards wrote the tokens (:mod:`..attention.learned_scores`;
     ``full_ids`` int64 ``[seq_len]``, ``masks[l]`` the layer's per-head view mask or None)."""
     if method.needs_attention == "learned_heads":
         learned = getattr(getattr(allocator, "pool", None), "learned_scores", None)
@@ -165,7 +166,7 @@ def _attention(req, retained, step: int, method, seq_len: int, allocator=None, f
                                "capture (no scorer installed on the model)")
         return AttentionStats(learned_heads=learned.heads(full_ids, retained, masks))
     if method.needs_attention == "kvzip_heads":
-        from sglang_pask.srt.reconstruct import kvzip_heads
+        from sglang_pask.srt.attention.reconstruct import kvzip_heads
 
         return AttentionStats(kvzip_heads=kvzip_heads(req, seq_len, retained, method))
     rec = window_stats.RECORDER
@@ -318,7 +319,7 @@ def _own_spans(reqs, lens: np.ndarray, config) -> tuple[np.ndarray, np.ndarray]:
     if not config.rule.active:
         return segs, allowed
     from sglang_pask.methods.segment import own_slots
-    from sglang_pask.srt.segments import segment_kept_units
+    from sglang_pask.srt.managers.segments import segment_kept_units
 
     for i, req in enumerate(reqs):
         tags = tags_of(req)
