@@ -8,7 +8,6 @@ drive the plugin's bookkeeping with.
 
 from __future__ import annotations
 
-import os
 from array import array
 from functools import lru_cache
 from types import SimpleNamespace
@@ -17,6 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 from conftest import ROOT
+from sglang_pask.environ import envs
 
 POLICY = ROOT / "policies" / "pask-tiny-fc.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
 NUM_LAYERS = 4
@@ -107,9 +107,9 @@ class Rig:
         """A real SGLang ``Req`` with the plugin's tags action (classes of its prompt, its segment end)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
-        from sglang_pask.srt.managers.request_tags import ENV_HINT_KEY, attach, make_key
+        from sglang_pask.srt.managers.request_tags import attach, make_key
 
-        if not os.environ.get(ENV_HINT_KEY):  # the launcher's process makes it in a server
+        if not envs.SGLANG_PASK_HINT_KEY.is_set():  # the launcher's process makes it in a server
             make_key()
         carrier = SimpleNamespace(rid=rid, kv_hints=None)
         classes = prompt_classes(len(ids)) if classes is None else classes

@@ -57,6 +57,7 @@ RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
 #: use ``rendering``). ``srt`` (the SGLang plugin) is imported by nothing; the launcher starts
 #: SGLang, which loads ``srt`` as a plugin, so ``launch_server`` sits above it.
 LAYERS: list[tuple[str, ...]] = [
+    ("environ",),  # every environment variable and server flag, declared once (standard library only)
     # version + lazy API names, path checks, the CPU shim, process conventions (standard library only)
     ("sglang_pask", "paths", "cpu_shim", "process"),
     ("model_families",),  # the model-family table (its refusals word a bad path as `paths` does)

@@ -22,6 +22,7 @@ from array import array
 from types import SimpleNamespace
 
 import pytest
+from sglang_pask.environ import envs
 
 pytest.importorskip("sglang")
 from sglang.srt.managers.kv_hints import KvHintAction, KvHintsEnvelope  # noqa: E402
@@ -31,7 +32,6 @@ from sglang_pask.srt.managers import request_tags  # noqa: E402
 from sglang_pask.srt.managers.request_tags import (  # noqa: E402
     ACTION_TYPE,
     COUNTERS,
-    ENV_HINT_KEY,
     RequestTags,
     TagError,
     attach,
@@ -41,12 +41,15 @@ from sglang_pask.srt.managers.request_tags import (  # noqa: E402
 )
 from sglang_pask.structure.classes import StructClass  # noqa: E402
 
+#: the per-server signing key's variable
+HINT_KEY = envs.SGLANG_PASK_HINT_KEY.name
+
 C = len(StructClass)
 
 
 @pytest.fixture(autouse=True)
 def _key(monkeypatch):
-    monkeypatch.setenv(ENV_HINT_KEY, "11" * 32)
+    monkeypatch.setenv(HINT_KEY, "11" * 32)
     for k in COUNTERS:
         COUNTERS[k] = 0
     yield
@@ -79,11 +82,11 @@ def test_own_action_verifies_and_changes_do_not(monkeypatch):
         forged = {**payload, field: value}
         assert signed(_action(forged)) == (forged == payload), field
     assert not signed(_action({k: v for k, v in payload.items() if k != "mac"}))
-    monkeypatch.setenv(ENV_HINT_KEY, "22" * 32)  # another server's key
+    monkeypatch.setenv(HINT_KEY, "22" * 32)  # another server's key
     assert not signed(action)
-    monkeypatch.delenv(ENV_HINT_KEY)  # no key (no policy): nothing verifies, nothing signs
+    monkeypatch.delenv(HINT_KEY)  # no key (no policy): nothing verifies, nothing signs
     assert not signed(action)
-    with pytest.raises(RuntimeError, match=ENV_HINT_KEY):
+    with pytest.raises(RuntimeError, match=HINT_KEY):
         _own([1, 2])
 
 
@@ -277,9 +280,9 @@ def test_seam_middleware_declaration():
 
 
 def test_plugin_makes_a_new_key(monkeypatch):
-    monkeypatch.setenv(ENV_HINT_KEY, "11" * 32)
+    monkeypatch.setenv(HINT_KEY, "11" * 32)
     request_tags.make_key()
-    first = os.environ[ENV_HINT_KEY]
+    first = os.environ[HINT_KEY]
     request_tags.make_key()
-    second = os.environ[ENV_HINT_KEY]
+    second = os.environ[HINT_KEY]
     assert first != "11" * 32 and first != second and len(bytes.fromhex(second)) == 32

@@ -17,7 +17,7 @@ The launcher runs :mod:`.preflight` before it imports SGLang (that takes seconds
 version check and a static resolution of every declared SGLang name in the installed sources,
 so a mismatch is refused in well under 5 s with the same line.
 
-Test hooks (environment, read here only): ``SGLANG_PASK_TEST_BOGUS_TARGET=[group:]dotted.path``
+Test hooks (:mod:`sglang_pask.environ`): ``SGLANG_PASK_TEST_BOGUS_TARGET=[group:]dotted.path``
 adds an AFTER hook on that target (group default ``pask``); ``SGLANG_PASK_TEST_SGLANG_VERSION``
 stands in for the installed version.
 """
@@ -28,18 +28,16 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import pkgutil
 import re
 from dataclasses import dataclass
+
+from sglang_pask.environ import envs
 
 logger = logging.getLogger("sglang_pask")
 
 #: the SGLang release this plugin is written and tested against
 SGLANG_VERSION = "0.5.23"
-ENV_ALLOW_VERSION = "SGLANG_PASK_ALLOW_SGLANG_VERSION"
-ENV_TEST_VERSION = "SGLANG_PASK_TEST_SGLANG_VERSION"
-ENV_TEST_TARGET = "SGLANG_PASK_TEST_BOGUS_TARGET"
 ALWAYS, PASK = "always", "pask"
 #: the radix cache backend name (``--radix-cache-backend pask``)
 RADIX_BACKEND = "pask"
@@ -232,7 +230,7 @@ def _noop_after(result, *args, **kwargs):  # the hook of a test-injected target
 def declared(group: str | None = None) -> tuple:
     """The declarations of ``group`` (all with None), plus the test-injected target if any."""
     out = list(DECLARED)
-    if bogus := os.environ.get(ENV_TEST_TARGET):
+    if bogus := envs.SGLANG_PASK_TEST_BOGUS_TARGET.get():
         g, _, target = bogus.rpartition(":")
         out.append(Hook(target, "after", f"{__name__}:_noop_after", g or PASK))
     return tuple(d for d in out if group is None or d.group == group)
@@ -242,7 +240,7 @@ def declared(group: str | None = None) -> tuple:
 
 def installed_version() -> str:
     try:
-        return os.environ.get(ENV_TEST_VERSION) or importlib.metadata.version("sglang")
+        return envs.SGLANG_PASK_TEST_SGLANG_VERSION.get() or importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
 
@@ -251,12 +249,13 @@ def version_error() -> str | None:
     have = installed_version()
     if have == SGLANG_VERSION:
         return None
-    if os.environ.get(ENV_ALLOW_VERSION) == "1":
+    allow = envs.SGLANG_PASK_ALLOW_SGLANG_VERSION
+    if allow.get():
         logger.warning("sglang_pask: SGLang %s is installed, the plugin is written for %s (%s=1)",
-                       have, SGLANG_VERSION, ENV_ALLOW_VERSION)
+                       have, SGLANG_VERSION, allow.name)
         return None
     return (f"SGLang {have} is installed, the plugin is written for SGLang {SGLANG_VERSION} "
-            f"(set {ENV_ALLOW_VERSION}=1 to start anyway)")
+            f"(set {allow.name}=1 to start anyway)")
 
 
 # --- run time ------------------------------------------------------------------------------

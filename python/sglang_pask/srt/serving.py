@@ -34,18 +34,14 @@ full->unit slot mapping (:mod:`.mem_cache.pools`).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Optional
 
+from sglang_pask.environ import envs
 from sglang_pask.methods import METHODS, KVMethod, make_method
 from sglang_pask.methods.learned import LearnedScorer, ScorerError, bind_scorer
 from sglang_pask.policy.operating_point import SEGMENT_FIELDS, Resolved, SegmentRule, flag_names, resolve
-
-ENV_POLICY = "SGLANG_PASK_POLICY"
-#: the launcher's persistence flags, one JSON value (:class:`ServingFlags`)
-ENV_SERVING = "SGLANG_PASK_SERVING"
 
 DEFAULT_METHOD = "pask"
 #: operating-point field -> the server flag that sets it (messages, override lines)
@@ -250,8 +246,8 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
 @lru_cache(maxsize=1)
 def active_config() -> Optional[ServingConfig]:
     """This process's configuration from the environment the launcher set (None: PASK off)."""
-    path = os.environ.get(ENV_POLICY)
+    path = envs.SGLANG_PASK_POLICY.get()
     if not path:
         return None
-    text = os.environ.get(ENV_SERVING)
+    text = envs.SGLANG_PASK_SERVING.get()
     return build_config(path, ServingFlags.from_json(text) if text else None)

@@ -26,7 +26,6 @@ decode batch is batched only while no row of it has a head mask).
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -35,13 +34,10 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
+from sglang_pask.environ import envs
 from sglang_pask.srt.attention import head_masks, reconstruct, window_stats
 from sglang_pask.srt.mem_cache import segment_views
 from sglang_pask.srt.mem_cache.segment_views import held_slots
-
-#: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
-#: batched one is profiled against: ``bench/decode_profile.py``)
-BATCHED_DECODE = os.environ.get("SGLANG_PASK_BATCHED_DECODE", "1") != "0"
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
@@ -121,7 +117,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):
                 self.recorder.begin(r, int(first), int(n))
-        if (BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
+        # $SGLANG_PASK_BATCHED_DECODE=0: request by request (what bench/decode_profile.py compares)
+        batched = envs.SGLANG_PASK_BATCHED_DECODE.get()
+        if (batched and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
                 and not head_masks.masked(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)

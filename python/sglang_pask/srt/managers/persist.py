@@ -36,6 +36,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from sglang_pask.environ import envs
 from sglang_pask.methods.base import AttentionStats, CacheView
 from sglang_pask.methods.padded import PaddedBatch
 from sglang_pask.srt.attention import head_masks, window_stats
@@ -53,9 +54,6 @@ COUNTERS = {"compressions": 0, "requests_compressed": 0, "errors": 0}
 TIMES = {"decode_steps": 0, "step_s": 0.0, "compress_s": 0.0}
 IDLE_GAP_S = 5.0
 _LAST_STEP = [None]
-#: ``SGLANG_PASK_BATCHED_COMPRESSION=0``: compress request by request (the reference path; what
-#: the batched one is measured against)
-BATCHED = os.environ.get("SGLANG_PASK_BATCHED_COMPRESSION", "1") != "0"
 #: the last released requests (newest last): what each held per unit when its KV was freed
 RELEASED: "deque[dict]" = deque(maxlen=256)
 
@@ -205,7 +203,8 @@ def compress_batch(batch, allocator, config) -> None:
 def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
     freed = None
-    if BATCHED and config.method.needs_attention is None:
+    # $SGLANG_PASK_BATCHED_COMPRESSION=0: request by request (the reference path the batched one is measured against)
+    if envs.SGLANG_PASK_BATCHED_COMPRESSION.get() and config.method.needs_attention is None:
         try:
             freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:

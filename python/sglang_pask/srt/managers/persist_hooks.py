@@ -27,6 +27,7 @@ import logging
 
 import msgspec
 
+from sglang_pask.environ import envs
 from sglang_pask.srt.serving import active_config
 
 logger = logging.getLogger("sglang_pask")
@@ -168,7 +169,7 @@ def pask_state(scheduler) -> dict:
            "segment_prefill": config.rule.segment_prefill if config and config.rule.active else None,
            "operating_point": config.resolved.record() if config else None,
            "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
-           "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
+           "compression_time": {**persist.TIMES, "batched": envs.SGLANG_PASK_BATCHED_COMPRESSION.get()},
            "reconstruction": dict(reconstruct.COUNTERS),
            "learned_scorer": learned.stats() if (learned := getattr(getattr(alloc, "pool", None),
                                                                    "learned_scores", None)) else None,

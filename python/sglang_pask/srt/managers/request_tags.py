@@ -8,7 +8,7 @@ do not implement). The HTTP process appends one action ``{"action_type": "sglang
 and the shared segment's end, 0 when none or not in segment mode).
 
 Trust boundary (DESIGN.md §6): the action is the server's own. :func:`attach` signs its payload
-with an HMAC under a key made once per server (:data:`ENV_HINT_KEY`, set by the launcher's process
+with an HMAC under a key made once per server (``$SGLANG_PASK_HINT_KEY``, set by the launcher's process
 before it starts the scheduler, inherited by every child; a client never sees it). A client-written
 ``sglang_pask.*`` action is refused with a 400 at the HTTP edge (:mod:`..entrypoints.edge`), and the scheduler
 reads only an action whose signature verifies (:func:`own_payload`); any other is counted
@@ -30,11 +30,11 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 from typing import Optional, Sequence
 
 import numpy as np
 
+from sglang_pask.environ import envs
 from sglang_pask.structure.classes import StructClass
 
 logger = logging.getLogger("sglang_pask")
@@ -43,8 +43,6 @@ ACTION_TYPE = "sglang_pask.tags"
 ACTION_VERSION = "1"
 #: the action types only the server writes (a client's is refused at the HTTP edge)
 RESERVED_PREFIX = "sglang_pask."
-#: the per-server signing key of the tags action (internal: the launcher's process sets it, hex)
-ENV_HINT_KEY = "SGLANG_PASK_HINT_KEY"
 #: scheduler-process counters (reported under ``internal_states[0]["pask"]["tags"]``)
 COUNTERS = {"tagged": 0, "untagged": 0, "output_fallback": 0, "forged": 0, "refused": 0}
 
@@ -57,13 +55,13 @@ def make_key() -> None:
     """A new signing key for this server's processes (the launcher's, before it starts any)."""
     import secrets
 
-    os.environ[ENV_HINT_KEY] = secrets.token_hex(32)
+    envs.SGLANG_PASK_HINT_KEY.set(secrets.token_hex(32))
 
 
 def _mac(payload: dict) -> Optional[str]:
     """HMAC-SHA256 of ``payload`` (without its ``mac``) under this server's key; None when the
     process has no key (no policy: nothing signs, nothing verifies)."""
-    key = os.environ.get(ENV_HINT_KEY)
+    key = envs.SGLANG_PASK_HINT_KEY.get()
     if not key:
         return None
     body = json.dumps({k: v for k, v in payload.items() if k != "mac"}, sort_keys=True,
@@ -149,7 +147,8 @@ def attach(adapted, classes: Sequence[int], tracker: str, segment_end: int = 0) 
     payload = {"n": len(classes), "runs": encode_runs(classes), "tracker": tracker, "seg": int(segment_end)}
     mac = _mac(payload)
     if mac is None:
-        raise RuntimeError(f"${ENV_HINT_KEY} is not set: the launcher's process makes it with a policy")
+        raise RuntimeError(f"${envs.SGLANG_PASK_HINT_KEY.name} is not set: the launcher's process makes it "
+                           "with a policy")
     payload["mac"] = mac
     action = KvHintAction(action_id=f"pask-{adapted.rid}", action_type=ACTION_TYPE,
                           action_version=ACTION_VERSION, payload=payload)
