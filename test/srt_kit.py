@@ -42,16 +42,11 @@ def tokenizer():
 
 
 def reset_counters() -> None:
-    """Every process-global counter of the scheduler side back to zero (a fixture calls it)."""
-    from sglang_pask.srt.managers import chunked, persist, request_tags, segments
-    from sglang_pask.srt.mem_cache import segment_views
+    """A fresh PaskState for this process: every counter at zero, every log and cache empty (a
+    fixture calls it)."""
+    from sglang_pask.srt.state import reset
 
-    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS, chunked.COUNTERS,
-                     segment_views.COUNTERS):
-        for k in counters:
-            counters[k] = 0
-    persist.RELEASED.clear()
-    segment_views.VIEWS.clear()
+    reset()
 
 
 def prompt_classes(n: int, seed: int = 0) -> list[int]:

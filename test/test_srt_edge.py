@@ -31,7 +31,6 @@ from sglang_pask.srt.entrypoints import edge  # noqa: E402
 from sglang_pask.srt.managers import request_tags  # noqa: E402
 from sglang_pask.srt.managers.request_tags import (  # noqa: E402
     ACTION_TYPE,
-    COUNTERS,
     RequestTags,
     TagError,
     attach,
@@ -39,6 +38,7 @@ from sglang_pask.srt.managers.request_tags import (  # noqa: E402
     signed,
     validate,
 )
+from sglang_pask.srt.state import reset, state  # noqa: E402
 from sglang_pask.structure.classes import StructClass  # noqa: E402
 
 #: the per-server signing key's variable
@@ -50,11 +50,9 @@ C = len(StructClass)
 @pytest.fixture(autouse=True)
 def _key(monkeypatch):
     monkeypatch.setenv(HINT_KEY, "11" * 32)
-    for k in COUNTERS:
-        COUNTERS[k] = 0
+    reset()
     yield
-    for k in COUNTERS:
-        COUNTERS[k] = 0
+    reset()
 
 
 def _own(classes, seg=0, rid="r"):
@@ -136,20 +134,20 @@ def test_scheduler_reads_only_signed_actions():
     tags = RequestTags(_req(n, KvHintsEnvelope(protocol_version="1", message_id="m", actions=[forged])))
     assert not tags.tagged and tags.error is None and tags.segment_end == 0
     assert tags.prompt.tolist() == [int(StructClass.OTHER)] * n
-    assert COUNTERS["forged"] == 1 and COUNTERS["untagged"] == 1
+    assert state().tags["forged"] == 1 and state().tags["untagged"] == 1
 
     own = _own([2, 2, 7, 7, 7, 1], seg=3)
     both = KvHintsEnvelope(protocol_version="1", message_id="m", actions=[forged, *own.actions])
     tags = RequestTags(_req(n, both))  # the forged one comes first: still only the signed one counts
     assert tags.tagged and tags.prompt.tolist() == [2, 2, 7, 7, 7, 1] and tags.segment_end == 3
-    assert COUNTERS["forged"] == 2 and COUNTERS["tagged"] == 1
+    assert state().tags["forged"] == 2 and state().tags["tagged"] == 1
 
 
 def test_signed_tags_that_do_not_fit_refuse_the_request():
     tags = RequestTags(_req(5, _own([1, 2, 3, 4])))  # signed for 4 ids, the request runs 5
     assert tags.error == "tags: n = 4, the prompt has 5 tokens" and not tags.tagged
     assert tags.prompt.tolist() == [0] * 5 and tags.segment_end == 0
-    assert COUNTERS["refused"] == 1
+    assert state().tags["refused"] == 1
 
 
 # --- the HTTP edge -----------------------------------------------------------------------------------

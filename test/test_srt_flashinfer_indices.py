@@ -79,7 +79,7 @@ def test_views_hide_the_same_positions_in_every_index_build(seed, monkeypatch):
     and padded builds all equal the reference: the unit's slots with the hidden positions zeroed,
     zeros removed."""
     from sglang_pask.srt.attention.torch_native_backend import padded_held_slots
-    from sglang_pask.srt.mem_cache import segment_views
+    from sglang_pask.srt.state import state
 
     mapping, req_to_token, rows, lens = _random_case(seed)
     g = torch.Generator().manual_seed(100 + seed)
@@ -87,7 +87,7 @@ def test_views_hide_the_same_positions_in_every_index_build(seed, monkeypatch):
     for i in (0, 3):  # two requests with a view over a segment of up to their length
         s = max(int(lens[i]) - 2, 1)
         views[int(rows[i])] = ("rid", s, [torch.rand(s, generator=g) < 0.4 for _ in range(mapping.shape[0])])
-    monkeypatch.setattr(segment_views, "VIEWS", views)
+    monkeypatch.setattr(state(), "views", views)
     out = build_unit_indices(mapping, req_to_token, rows, lens)
     for u, (kv_indptr, kv_indices) in enumerate(out):
         padded, counts = padded_held_slots(mapping[u], req_to_token, rows, lens.clamp(min=1), u)

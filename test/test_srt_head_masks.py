@@ -9,9 +9,9 @@ from sglang_pask.srt.attention import head_masks
 
 @pytest.fixture(autouse=True)
 def _clean():
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
     yield
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
 
 
 def test_allow_follows_the_selection_and_later_positions_are_every_heads():

@@ -40,7 +40,7 @@ def _clean():
     reset_counters()
     yield
     reset_counters()
-    head_masks.MASKS.clear()  # KVzap's per-head sets of the rig's rows
+    head_masks.masks().clear()  # KVzap's per-head sets of the rig's rows
 
 
 class _Norm(torch.nn.Module):

@@ -173,6 +173,11 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
                f"{_ENTRY}.error_hooks:around_validation_handler"),
     Hook(f"{_CFG}.configure", "after", f"{_MGR}.prompt_limits:after_configure"),
     Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_MGR}.prompt_limits:after_validate_length"),
+    # -- the scheduler owns its PaskState (state) --
+    Hook("sglang.srt.managers.scheduler.Scheduler.init_model_worker", "before",
+         f"{_SRT}.state:before_init_model_worker"),
+    Stamp("_pask_state", "sglang.srt.managers.scheduler.Scheduler",
+          "this scheduler's PASK state: every counter, log and cache (/server_info reads it)"),
     # -- per-unit KV pools and compression (persist_hooks, segments) --
     Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_MGR}.persist_hooks:around_build_pool"),
     Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_MGR}.persist_hooks:around_build_allocator"),

@@ -19,23 +19,24 @@ from __future__ import annotations
 import logging
 
 from sglang_pask.srt.managers import tag_log
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
 _TRACKER_BY_DISPATCH = {"structural_tag": "qwen3_tools", "json": "json"}
 _DISABLED = False  # sentinel stored on a grammar whose tagging failed
-# One server process serves one tokenizer, so its decoded vocabulary is built once. (xgrammar
-# returns a new TokenizerInfo wrapper on every ``ctx.tokenizer_info`` access: no identity to key on.)
-_vocab: list[bytes] | None = None
 
 
 # --- output side (scheduler) ----------------------------------------------------------------
 
 def _decoded_vocab(grammar) -> list[bytes]:
-    global _vocab
-    if _vocab is None:
-        _vocab = list(grammar.ctx.tokenizer_info.decoded_vocab)
-    return _vocab
+    """One server process serves one tokenizer, so its decoded vocabulary is built once
+    (:attr:`~..state.PaskState.vocab`; xgrammar returns a new TokenizerInfo wrapper on every
+    ``ctx.tokenizer_info`` access: no identity to key on)."""
+    st = state()
+    if st.vocab is None:
+        st.vocab = list(grammar.ctx.tokenizer_info.decoded_vocab)
+    return st.vocab
 
 
 def _tracker(grammar):

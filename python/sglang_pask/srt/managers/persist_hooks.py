@@ -15,8 +15,9 @@ in :mod:`..seam`).
   (:func:`.persist.compress_batch`) for decode batches.
 * ``mem_cache.common.release_kv_cache`` (AROUND): before a request's KV is freed, what it holds
   per unit is recorded (:func:`.persist.record_release`).
-* ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
-  counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
+* ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``info["pask"]`` -- the
+  scheduler's :class:`~..state.PaskState` recorded: pool, tag and compression counters
+  (``GET /server_info`` -> ``internal_states[0]``).
 * ``PrefillAdder._select_prefill_admission`` and ``mem_cache.common.checkpoint_kv_cache``
   (AROUND): shared segments and chunked prefill (:mod:`.prefill_hooks`).
 """
@@ -29,6 +30,7 @@ import msgspec
 
 from sglang_pask.environ import envs
 from sglang_pask.srt.serving import active_config
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
@@ -133,7 +135,8 @@ def around_evict(original, batch):
 
 
 def around_release(original, req, *args, **kwargs):
-    """Record what a request holds just before its KV is released (:data:`.persist.RELEASED`)."""
+    """Record what a request holds just before its KV is released
+    (:attr:`~..state.PaskState.released`); its row's statistics, head masks and view go."""
     try:
         from sglang_pask.srt.managers.persist import record_release
         from sglang_pask.srt.mem_cache.pools import PaskAllocator
@@ -153,40 +156,18 @@ def around_release(original, req, *args, **kwargs):
     return original(req, *args, **kwargs)
 
 
-def pask_state(scheduler) -> dict:
-    from sglang_pask import ops
-    from sglang_pask.srt.attention import reconstruct
-    from sglang_pask.srt.managers import chunked, persist, request_tags, segments
-    from sglang_pask.srt.mem_cache import segment_views
-    from sglang_pask.srt.mem_cache.pools import PaskAllocator
-
-    alloc = scheduler.token_to_kv_pool_allocator
-    config = active_config()
-    out = {"method": config.method.record() if config else None,
-           "segment": config.rule.segment if config else None, "radix_cache": bool(config and config.radix),
-           "segment_budget": config.rule.segment_budget if config else None,
-           "own_budget": config.rule.own_budget if config else None,
-           "segment_prefill": config.rule.segment_prefill if config and config.rule.active else None,
-           "operating_point": config.resolved.record() if config else None,
-           "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
-           "compression_time": {**persist.TIMES, "batched": envs.SGLANG_PASK_BATCHED_COMPRESSION.get()},
-           "reconstruction": dict(reconstruct.COUNTERS),
-           "learned_scorer": learned.stats() if (learned := getattr(getattr(alloc, "pool", None),
-                                                                   "learned_scores", None)) else None,
-           "kernels": ops.implementation(),
-           "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
-           "demoted_rids": list(segment_views.DEMOTED_RIDS),
-           "chunked_prefill": {"rule": chunked.rule().record() if chunked.rule() else None, **chunked.COUNTERS}}
-    if isinstance(alloc, PaskAllocator):
-        out["pools"] = alloc.stats()
-        tree = getattr(scheduler, "tree_cache", None)
-        if hasattr(tree, "stats"):
-            out["tree"] = tree.stats()
-    return out
-
-
-def after_memory_usage(_result, controller, state) -> None:
+def after_memory_usage(_result, controller, info) -> None:
+    """``info["pask"]``: the scheduler's :class:`~..state.PaskState`, recorded."""
     try:
-        state["pask"] = pask_state(controller.scheduler)
+        from sglang_pask import ops
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
+
+        scheduler = controller.scheduler
+        alloc = scheduler.token_to_kv_pool_allocator
+        pask = isinstance(alloc, PaskAllocator)
+        owned = getattr(scheduler, "_pask_state", None) or state()
+        info["pask"] = owned.record(active_config(), alloc if pask else None,
+                                    getattr(scheduler, "tree_cache", None) if pask else None,
+                                    kernels=ops.implementation(), batched=envs.SGLANG_PASK_BATCHED_COMPRESSION.get())
     except Exception as e:  # never break /server_info
-        state["pask"] = {"error": repr(e)}
+        info["pask"] = {"error": repr(e)}

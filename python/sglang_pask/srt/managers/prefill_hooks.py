@@ -16,6 +16,7 @@ import logging
 
 from sglang_pask.srt.managers import chunked, segments
 from sglang_pask.srt.serving import active_config
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
@@ -28,7 +29,7 @@ def around_select_admission(original, adder, req, **kwargs):
         try:
             return chunked.admission(adder, req, kwargs, original)
         except Exception as e:  # SGLang's own admission (the request waits until it fits whole)
-            chunked.COUNTERS["errors"] += 1
+            state().chunked["errors"] += 1
             logger.exception("sglang_pask: chunked admission failed for %s: %r", req.rid, e)
     admission = original(adder, req, **kwargs)
     if not config.rule.active:
@@ -50,6 +51,6 @@ def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     try:  # the chunked prefill rule: compressed at each chunk end
         chunked.compress_chunk(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
     except Exception as e:  # the chunk then stays whole; serving goes on
-        chunked.COUNTERS["errors"] += 1
+        state().chunked["errors"] += 1
         logger.exception("sglang_pask: chunk compression failed for %s: %r", req.rid, e)
     return result

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from sglang_pask.methods.chunks import MARGIN as MARGIN_SLOTS
+from sglang_pask.srt.state import state
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,6 @@ class PromptLimits:
     context_len: int
     capacity: int
     budget: float
-
-
-#: this process's limits, recorded once its KV pools are built (None: no PASK pool here)
-LIMITS: PromptLimits | None = None
 
 
 def length_message(tokens: int, max_req_input_len: int, limits: PromptLimits) -> str:
@@ -49,8 +46,8 @@ def length_message(tokens: int, max_req_input_len: int, limits: PromptLimits) ->
 
 
 def after_configure(result, configurator=None, *args, **kwargs):
-    """Record :data:`LIMITS` when the pools built are PASK's; the result unchanged."""
-    global LIMITS
+    """Record this process's :class:`PromptLimits` (:attr:`~..state.PaskState.limits`; None: no
+    PASK pool here) when the pools built are PASK's; the result unchanged."""
     from sglang_pask.srt.mem_cache.pools import PaskAllocator
     from sglang_pask.srt.serving import active_config
 
@@ -59,7 +56,7 @@ def after_configure(result, configurator=None, *args, **kwargs):
         from sglang_pask.srt.managers import chunked
 
         context_len = int(configurator.model_config.context_len)
-        LIMITS = PromptLimits(context_len, int(alloc.capacity), config.budget)
+        state().limits = PromptLimits(context_len, int(alloc.capacity), config.budget)
         r = chunked.configure(config, int(alloc.capacity), context_len)
         logging.getLogger("sglang_pask").info("sglang_pask: chunked prefill: %s",
                                               chunked_line(r, int(alloc.capacity), min(context_len, alloc.size) - 7))
@@ -83,7 +80,8 @@ def chunked_line(rule, capacity: int, longest: int) -> str:
 def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwargs):
     """SGLang's refusal of a too-long prompt, reworded by :func:`length_message`; None (accepted,
     or truncated with ``--allow-auto-truncate``) unchanged."""
-    if LIMITS is None or req is None or max_req_input_len is None:
+    limits = state().limits
+    if limits is None or req is None or max_req_input_len is None:
         return result
     if result is None:  # tags the server signed but that do not fit the request: refused, never Full KV
         from sglang_pask.srt.managers.request_tags import tags_of
@@ -98,4 +96,4 @@ def after_validate_length(result, req=None, max_req_input_len=None, *args, **kwa
         return chunked.too_big(req, active_config())
     if not isinstance(result, str):
         return result
-    return length_message(len(req.origin_input_ids), int(max_req_input_len), LIMITS)
+    return length_message(len(req.origin_input_ids), int(max_req_input_len), limits)

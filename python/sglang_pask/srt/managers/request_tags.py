@@ -21,7 +21,7 @@ grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.out
 prompt's by :mod:`..entrypoints.prompt_tags`) or from a
 tracker fed the request's own output ids (unconstrained). A request without an action (its
 tagging failed, the ids differ from the ones SGLang runs, or a ``/generate`` with ids) is classed
-``OTHER`` throughout and counted (:data:`COUNTERS`); it is served normally, under its budget.
+``OTHER`` throughout and counted (:attr:`~..state.PaskState.tags`); it is served normally, under its budget.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sglang_pask.environ import envs
+from sglang_pask.srt.state import state
 from sglang_pask.structure.classes import StructClass
 
 logger = logging.getLogger("sglang_pask")
@@ -43,8 +44,6 @@ ACTION_TYPE = "sglang_pask.tags"
 ACTION_VERSION = "1"
 #: the action types only the server writes (a client's is refused at the HTTP edge)
 RESERVED_PREFIX = "sglang_pask."
-#: scheduler-process counters (reported under ``internal_states[0]["pask"]["tags"]``)
-COUNTERS = {"tagged": 0, "untagged": 0, "output_fallback": 0, "forged": 0, "refused": 0}
 
 
 class TagError(ValueError):
@@ -171,7 +170,7 @@ def own_payload(req) -> Optional[dict]:
         if signed(action):
             found = found or dict(action.payload)
         elif str(getattr(action, "action_type", "")).startswith(RESERVED_PREFIX):
-            COUNTERS["forged"] += 1
+            state().tags["forged"] += 1
             logger.warning("sglang_pask: ignored an unsigned %s action on %s", action.action_type, req.rid)
     return found
 
@@ -189,11 +188,11 @@ class RequestTags:
                 prompt = validate(payload, self.prompt_len)
             except TagError as e:
                 self.error, payload = str(e), None
-                COUNTERS["refused"] += 1
+                state().tags["refused"] += 1
                 logger.warning("sglang_pask: refused %s: %s", req.rid, e)
         self.tagged = prompt is not None
         self.prompt = prompt if self.tagged else np.full(self.prompt_len, int(StructClass.OTHER), np.int64)
-        COUNTERS["tagged" if self.tagged else "untagged"] += 1
+        state().tags["tagged" if self.tagged else "untagged"] += 1
         self.tracker_name = (payload or {}).get("tracker") or "qwen3_tools"
         #: end of the shared segment (0: none); always leaves at least one own token (validated)
         self.segment_end = int((payload or {}).get("seg", 0))
@@ -217,7 +216,7 @@ class RequestTags:
                 return self._own(req, n)
             except Exception as e:
                 self._failed = True
-                COUNTERS["output_fallback"] += 1
+                state().tags["output_fallback"] += 1
                 logger.warning("sglang_pask: output tagging failed for %s: %r", req.rid, e)
         return np.full(n, int(StructClass.OTHER), np.int64)
 

@@ -36,11 +36,10 @@ import numpy as np
 import torch
 
 from sglang_pask.srt.managers.request_tags import tags_of
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
-COUNTERS = {"segments_compressed": 0, "segment_slots_dropped": 0, "segment_chunks_forced": 0,
-            "segment_chunks_deferred": 0}
 
 
 def segment_kept_units(req, config) -> list[np.ndarray]:
@@ -85,8 +84,8 @@ def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
         if drop.size:
             freed += allocator.drop(u, full_ids[torch.from_numpy(drop)])
     if freed:
-        COUNTERS["segments_compressed"] += 1
-        COUNTERS["segment_slots_dropped"] += freed
+        state().segments["segments_compressed"] += 1
+        state().segments["segment_slots_dropped"] += freed
     return freed
 
 
@@ -117,7 +116,7 @@ def segment_admission(admission, adder, req, config, kwargs):
     if not admission.prefix_len < s < end:
         return admission
     if kwargs.get("has_chunked_req") or adder.new_chunked_req is not None:
-        COUNTERS["segment_chunks_deferred"] += 1
+        state().segments["segment_chunks_deferred"] += 1
         return AddReqResult.OTHER
-    COUNTERS["segment_chunks_forced"] += 1
+    state().segments["segment_chunks_forced"] += 1
     return _PrefillAdmission(admission.prefix_len, s - admission.prefix_len, 0, True, admission.replay_len)

@@ -42,10 +42,10 @@ import numpy as np
 import torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from sglang_pask.srt.state import state
+
 logger = logging.getLogger("sglang_pask")
 
-#: whole blocks demoted to their compressed form (:meth:`PaskRadixCache.demote`) and the unit slots it freed
-COUNTERS = {"demoted": 0, "demoted_slots": 0}
 
 
 def _nodes(root):
@@ -98,7 +98,7 @@ class PaskRadixCache(UnifiedRadixCache):
                 "protected_tokens": int(self.tree_core.protected_size()),
                 "evictable_schedulable": int(self.evictable_size()),
                 "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1,
-                "tiers": self.tiers(), **COUNTERS}
+                "tiers": self.tiers(), **state().demotion}
 
     def _node_slots(self, cd, alloc) -> tuple[int, ...]:
         """Unit slots ``cd``'s full ids hold, per unit. Memoized per node until the allocator's
@@ -230,8 +230,8 @@ class PaskRadixCache(UnifiedRadixCache):
                 if drop.size:
                     freed += alloc.drop(u, ids[torch.from_numpy(drop)])
             data(node).metadata[SEGMENT_KEY] = config.stamp
-            COUNTERS["demoted"] += 1
-        COUNTERS["demoted_slots"] += freed
+            state().demotion["demoted"] += 1
+        state().demotion["demoted_slots"] += freed
         return freed
 
     def tiers(self) -> dict:
