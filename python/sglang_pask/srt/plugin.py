@@ -195,12 +195,6 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
     return server_args
 
 
-def active_policy_path(server_args=None) -> str | None:
-    """The policy path in force in this process, or None when PASK is off."""
-    path = getattr(server_args, "_pask_policy", None) if server_args is not None else None
-    return path or envs.SGLANG_PASK_POLICY.get()
-
-
 def _enable_pask_hooks() -> None:
     """The PASK group of the seam: registered, applied and checked now, once per process (a hook
     applied later could not be checked)."""
