@@ -22,8 +22,23 @@ HEADERS = ["csrc/pask_ops_checks.h"]
 EXT = "sglang_pask._pask_ops"
 
 
+def _envs():
+    """The package's registry of environment variables (python/sglang_pask/environ.py, standard
+    library only), loaded by path: the package is not installed yet."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_pask_environ", os.path.join(here, "python", "sglang_pask",
+                                                                               "environ.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module.envs
+
+
 def _extension_args() -> dict:
-    if os.environ.get("SGLANG_PASK_NO_CSRC") == "1":
+    envs = _envs()
+    if envs.SGLANG_PASK_NO_CSRC.get():
         print("sglang_pask: csrc not built (SGLANG_PASK_NO_CSRC=1); the torch reference runs", file=sys.stderr)
         return {}
     try:
@@ -35,7 +50,7 @@ def _extension_args() -> dict:
     # built where it runs (make install, the GPU script): the host's vector units; -fopenmp-simd
     # lets the decode-attention dot products vectorize (a float reduction) without OpenMP's runtime
     flags = {"cxx": ["-O3", "-std=c++20", "-fopenmp-simd",
-                     *([] if os.environ.get("SGLANG_PASK_PORTABLE") == "1" else ["-march=native"])]}
+                     *([] if envs.SGLANG_PASK_PORTABLE.get() else ["-march=native"])]}
     if torch.cuda.is_available() and cpp_extension.CUDA_HOME:
         ext = cpp_extension.CUDAExtension(EXT, CPU_SOURCES + CUDA_SOURCES,
                                           extra_compile_args={**flags, "nvcc": ["-O3", "-std=c++20"]}, depends=HEADERS)

@@ -117,7 +117,7 @@ def write_dataset(path: Path, reqs: list[dict], out_len: int) -> dict:
 
 def pask_tokens_for(slots: int, budget: float) -> int:
     """Largest N with ceil(b N) == slots per unit (the same KV bytes as Full with slots tokens)."""
-    from sglang_pask.srt.pools import unit_size_for
+    from sglang_pask.srt.mem_cache.pools import unit_size_for
 
     n = int(slots / budget) + 2
     while unit_size_for(n, budget) > slots:

@@ -32,7 +32,7 @@ STAGES = [
     ("render + tag", "rendering.render_chat:\ntoken ids and one\nstructural class per token"),
     ("policy", "policies/*.json: per layer\ngroup class floors, priority,\nresidual share; operating point"),
     ("kept slots", "methods/pask.py at budget b:\nwhich positions each\nlayer group keeps"),
-    ("attention", "reads only the kept slots\n(srt/attention.py in the server,\nhf/attention.py in the runner)"),
+    ("attention", "reads only the kept slots\n(srt/attention/ in the server,\nhf/attention.py in the runner)"),
 ]
 
 

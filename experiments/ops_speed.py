@@ -13,7 +13,6 @@ interleaved so drift hits both. Both variants keep exactly the same sets (checke
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -47,6 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     from sglang_pask import ops
+    from sglang_pask.environ import envs
     from sglang_pask.methods import make_method
     from sglang_pask.policy.document import load_policy
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         kept = {}
         for _ in range(a.reps):
             for variant in times:
-                os.environ[ops.ENV] = "reference" if variant == "reference" else "csrc"
+                envs.SGLANG_PASK_OPS.set(variant)
                 ops._load.cache_clear()
                 t = time.perf_counter()
                 kept[variant] = method.select_padded(batch)
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
                      "csrc_ms": round(med["csrc"], 3), "speedup": round(med["reference"] / med["csrc"], 2)})
         print(f"R={R}: reference {med['reference']:.2f} ms, csrc {med['csrc']:.2f} ms "
               f"({rows[-1]['speedup']:.2f}x)", flush=True)
-    os.environ.pop(ops.ENV, None)
+    envs.SGLANG_PASK_OPS.set(None)
     ops._load.cache_clear()
     meta = run_meta(t0)
     lines = ["# PASK's batched selection per decode step: torch reference vs csrc "

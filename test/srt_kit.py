@@ -8,7 +8,6 @@ drive the plugin's bookkeeping with.
 
 from __future__ import annotations
 
-import os
 from array import array
 from functools import lru_cache
 from types import SimpleNamespace
@@ -17,6 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 from conftest import ROOT
+from sglang_pask.environ import envs
 
 POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
 NUM_LAYERS = 4
@@ -42,15 +42,11 @@ def tokenizer():
 
 
 def reset_counters() -> None:
-    """Every process-global counter of the scheduler side back to zero (a fixture calls it)."""
-    from sglang_pask.srt import chunked, persist, request_tags, segment_views, segments
+    """A fresh PaskState for this process: every counter at zero, every log and cache empty (a
+    fixture calls it)."""
+    from sglang_pask.srt.state import reset
 
-    for counters in (persist.COUNTERS, segments.COUNTERS, request_tags.COUNTERS, chunked.COUNTERS,
-                     segment_views.COUNTERS):
-        for k in counters:
-            counters[k] = 0
-    persist.RELEASED.clear()
-    segment_views.VIEWS.clear()
+    reset()
 
 
 def prompt_classes(n: int, seed: int = 0) -> list[int]:
@@ -72,7 +68,7 @@ class Rig:
     def __init__(self, config, full_size: int = 256, unit_size: Optional[int] = None, rows: int = 8,
                  context: int = 256, radix: bool = False, kv_heads: int = 1):
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-        from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator, PaskKVPool
 
         self.config = config
         self.pool = PaskKVPool(units=config.units, full_size=full_size, unit_size=unit_size or full_size,
@@ -87,8 +83,8 @@ class Rig:
     def _tree(self):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-        from sglang_pask.srt.radix_cache import PaskRadixCache
-        from sglang_pask.srt.radix_tags import PaskFullComponent
+        from sglang_pask.srt.mem_cache.radix_cache import PaskRadixCache
+        from sglang_pask.srt.mem_cache.radix_tags import PaskFullComponent
 
         params = CacheInitParams(req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.alloc,
                                  page_size=1, disable=False, tree_components=(ComponentType.FULL,),
@@ -106,9 +102,9 @@ class Rig:
         """A real SGLang ``Req`` with the plugin's tags action (classes of its prompt, its segment end)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
-        from sglang_pask.srt.request_tags import ENV_HINT_KEY, attach, make_key
+        from sglang_pask.srt.managers.request_tags import attach, make_key
 
-        if not os.environ.get(ENV_HINT_KEY):  # the launcher's process makes it in a server
+        if not envs.SGLANG_PASK_HINT_KEY.is_set():  # the launcher's process makes it in a server
             make_key()
         carrier = SimpleNamespace(rid=rid, kv_hints=None)
         classes = prompt_classes(len(ids)) if classes is None else classes
@@ -180,7 +176,7 @@ class Rig:
         """The request finishes: SGLang's release (with a radix cache: checkpoint, free the rest,
         unlock), or, without one, its row's full ids back to the allocator."""
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
-        from sglang_pask.srt import segment_views
+        from sglang_pask.srt.mem_cache import segment_views
 
         req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
         n = int(req.kv.kv_committed_len)
@@ -207,7 +203,7 @@ class Rig:
 
     def held(self, req) -> list[np.ndarray]:
         """Per unit, the request's logical positions whose KV the unit holds."""
-        from sglang_pask.srt.persist import held_positions
+        from sglang_pask.srt.managers.persist import held_positions
 
         return held_positions(self.alloc, self.row(req))
 
@@ -242,7 +238,7 @@ def compress_step(rig: Rig, running: list, config, batched: bool, monkeypatch) -
     """One decode step's compression of ``running``: the server's ``compress_batch`` (which must
     not fall back to ``compress_request``) or ``compress_request`` request by request."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
-    from sglang_pask.srt import persist
+    from sglang_pask.srt.managers import persist
 
     if not batched:
         for req in running:

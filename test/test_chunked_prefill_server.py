@@ -1,5 +1,5 @@
 """Prompts longer than a KV unit pool holds whole, in a live server (issue 27; the rule:
-:mod:`sglang_pask.methods.chunks`, the scheduler's part: :mod:`sglang_pask.srt.chunked`).
+:mod:`sglang_pask.methods.chunks`, the scheduler's part: :mod:`sglang_pask.srt.managers.chunked`).
 
 Two servers of the tiny model with the tiny policy at b = 0.33 and ``--max-total-tokens 1200``
 (per-unit pools of 396 slots), one with the chunked prefill rule at its default (chunks of a

@@ -2,7 +2,10 @@
 parsed with ``ast`` and every import counted, function-level and ``TYPE_CHECKING`` ones included.
 
 * ``structure/`` and ``policy/`` import nothing of ``eval/``, ``srt/``, ``hf/``;
-* ``srt/`` (the SGLang plugin adapter) is imported by nothing outside it;
+* ``srt/`` (the SGLang plugin adapter) is imported by nothing outside it; inside it, modules live
+  in subsystems as SGLang's own (``entrypoints``, ``managers``, ``mem_cache``, ``attention``,
+  ``models``) beside the few that span them (:data:`SRT_TOP`), and the HTTP side, attention and
+  memory import only downhill (:data:`SRT_FORBIDDEN`);
 * ``rendering`` (the one rendering path) sits on ``structure/`` only;
 * no module outside testing imports a ``testing`` module;
 * the intra-package import graph has no cycle, module by module and package by package (every
@@ -34,6 +37,16 @@ FORBIDDEN = {
     "cli": {"srt"},
     "ops": {"srt", "methods", "eval", "hf", "policy", "structure"},
 }
+#: srt/ by subsystem (SGLang's layout): the top-level modules that span the subsystems
+SRT_TOP = {"seam", "state", "plugin", "preflight", "serving"}
+SRT_SUBSYSTEMS = {"entrypoints", "managers", "mem_cache", "attention", "models"}
+#: importer subsystem -> subsystems it must not import: nothing imports the HTTP process's side,
+#: attention reads pools and views but never the scheduler's rules, memory never attention
+SRT_FORBIDDEN = {
+    "managers": {"entrypoints"},
+    "mem_cache": {"entrypoints", "attention"},
+    "attention": {"entrypoints", "managers"},
+}
 #: where prompts may be rendered / tagged directly
 RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
 
@@ -44,6 +57,7 @@ RENDERERS = ("sglang_pask.rendering", "sglang_pask.structure")
 #: use ``rendering``). ``srt`` (the SGLang plugin) is imported by nothing; the launcher starts
 #: SGLang, which loads ``srt`` as a plugin, so ``launch_server`` sits above it.
 LAYERS: list[tuple[str, ...]] = [
+    ("environ",),  # every environment variable and server flag, declared once (standard library only)
     # version + lazy API names, path checks, the CPU shim, process conventions (standard library only)
     ("sglang_pask", "paths", "cpu_shim", "process"),
     ("model_families",),  # the model-family table (its refusals word a bad path as `paths` does)
@@ -133,6 +147,25 @@ def test_no_upward_imports():
     bad = [_fmt(a, b) for a, targets in EDGES.items() for b in targets
            if _sub(b) in FORBIDDEN.get(_sub(a), ())]
     assert not bad, "upward imports (STYLE.md §14):\n" + "\n".join(bad)
+
+
+def _srt_sub(mod: str) -> str | None:
+    """``sglang_pask.srt.managers.persist`` -> ``managers``; None outside a subsystem of srt/."""
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "srt" else None
+
+
+def test_srt_is_laid_out_by_subsystem():
+    srt = [m.split(".") for m in MODS if m.startswith(f"{PKG}.srt.")]
+    top = {p[2] for p in srt if len(p) == 3} - SRT_SUBSYSTEMS
+    assert top <= SRT_TOP, f"srt/ modules outside a subsystem: {sorted(top - SRT_TOP)} (SRT_TOP: {sorted(SRT_TOP)})"
+    assert {p[2] for p in srt if len(p) > 3} <= SRT_SUBSYSTEMS
+
+
+def test_srt_subsystems_import_downhill():
+    bad = [_fmt(a, b) for a, targets in EDGES.items() for b in targets
+           if _srt_sub(b) in SRT_FORBIDDEN.get(_srt_sub(a), ())]
+    assert not bad, "srt/ subsystem imports against the direction:\n" + "\n".join(bad)
 
 
 def test_production_code_imports_no_testing_module():

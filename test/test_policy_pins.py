@@ -149,9 +149,9 @@ def test_pask_record_is_what_it_was(name):
 @pytest.mark.parametrize("name", sorted(n for n in HASHES if any(k in json.loads(_path(n).read_text())
                                                                     for k in OLD_FIELDS)))
 def test_an_old_file_loads_with_one_warning_and_its_conversion_hashes_the_same(name, tmp_path, caplog, monkeypatch):
-    from sglang_pask.policy.document import ENV_WARNED
+    from sglang_pask.environ import envs
 
-    monkeypatch.delenv(ENV_WARNED, raising=False)
+    monkeypatch.delenv(envs.SGLANG_PASK_OLD_POLICY_WARNED.name, raising=False)
     with caplog.at_level(logging.WARNING, logger="sglang_pask"):
         policy = load_policy(_path(name))
         load_policy(_path(name))  # once per file

@@ -219,7 +219,7 @@ def test_the_server_serves_an_attention_informed_policy_from_window_statistics(t
 
 def test_a_blend_needs_its_statistic_and_the_server_serves_each(tmp_path, doc):
     """The statistic and the head split need a blend; a policy whose blend reads KVzip's scores
-    (the server's reconstruction forward, srt/reconstruct.py) or the window per KV head
+    (the server's reconstruction forward, srt/attention/reconstruct.py) or the window per KV head
     (head_split) is served, each reading its statistic."""
     from sglang_pask.srt.serving import build_config
 

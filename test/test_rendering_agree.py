@@ -42,7 +42,7 @@ def _bodies() -> list[dict]:
 @pytest.fixture(scope="module")
 def server_prompts(pask_server):
     """(bodies, per body: the tag log's prompt record and the usage's prompt_tokens)."""
-    from sglang_pask.srt import tag_log
+    from sglang_pask.srt.managers import tag_log
 
     bodies = _bodies()
     client = openai.OpenAI(base_url=pask_server.base_url, api_key="none", timeout=120)

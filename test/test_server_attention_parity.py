@@ -8,7 +8,7 @@ group) and the same policy with ``head_split`` (one set per KV head in each grou
 calibration's 0.2 policy (four one-layer groups, its residual split across groups and KV heads by
 one ranking of KVzip's scores blended with class order; each KV head keeps its own count) under
 ``prefill``: every compression keeps the same positions per unit in both engines -- for the
-per-head methods, also each KV head's own set (the server's :mod:`sglang_pask.srt.head_masks`) --
+per-head methods, also each KV head's own set (the server's :mod:`sglang_pask.srt.attention.head_masks`) --
 and the generated tokens are the same. KVzap (the shipped tiny-model scorer, ``--pask-scorer``)
 at 0.33 and 0.2 on train-split requests (what the scorer was fitted on): its predictions come from
 the prefill forward the server runs anyway, and their cost is in ``/server_info``."""

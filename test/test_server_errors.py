@@ -1,7 +1,7 @@
 """Errors without internals, on the session's live server (``pask_server``: the tiny random model
 with a policy): every 4xx message is one line that names what is wrong -- never a traceback
 fragment or a file path -- and a prompt refused for length names the limit that refused it
-(srt/error_hooks.py, installed through srt/seam.py).
+(srt/entrypoints/error_hooks.py and srt/managers/prompt_limits.py, installed through srt/seam.py).
 
 The session server's pools (``--max-total-tokens`` of the test kit at the policy's budget) hold
 more than the tiny model's context, so its prompts are bounded by the context length; the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import psutil
 import pytest
 from conftest import TINY_RANDOM
+from sglang_pask.environ import envs
 from sglang_pask.testing import ServerStartError, running_server
 
 
@@ -94,7 +95,7 @@ def test_the_final_kill_stops_sglangs_watchdog_first(monkeypatch, launcher):
     watchdog.start()
     state = types.SimpleNamespace(tokenizer_manager=types.SimpleNamespace(_subprocess_watchdog=watchdog))
     monkeypatch.setitem(sys.modules, "sglang.srt.entrypoints.http_server", types.SimpleNamespace(_global_state=state))
-    monkeypatch.setenv(process.ENV_LAUNCHER, "1" if launcher else "0")
+    monkeypatch.setenv(envs.SGLANG_PASK_LAUNCHER.name, "1" if launcher else "0")
     try:
         assert process.before_final_kill(os.getpid(), include_parent=False) is None  # args unchanged
         process.before_final_kill(os.getpid())  # include_parent=True: not the final cleanup, nothing

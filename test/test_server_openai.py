@@ -103,7 +103,7 @@ def test_server_still_serves_after_bad_request(client):
 
 def test_bad_tool_schema_is_one_line(pask_server):
     """A tool whose parameters are not a JSON Schema: 400 with SGLang's first line and the location,
-    not the metaschema dump (srt/error_hooks.py)."""
+    not the metaschema dump (srt/entrypoints/error_hooks.py)."""
     import requests
 
     tool = {"type": "function", "function": {"name": "f", "parameters": {

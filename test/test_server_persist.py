@@ -293,7 +293,7 @@ def test_load_no_leak_no_crash(persist_server, client):
     capacity = min(pools["full_size"], pools["unit_size"])  # the scheduler's max_total_num_tokens
     assert _server_info(srv)["max_total_num_tokens"] == capacity
     # "word " is 2 tokens: over a unit pool (the capacity), under the context length (2048): served,
-    # prefilled in chunks (srt/chunked.py); over the context: refused by the tokenizer manager
+    # prefilled in chunks (srt/managers/chunked.py); over the context: refused by the tokenizer manager
     oversize = {**_BASE, "messages": [{"role": "user", "content": "word " * (capacity // 2 + 100)}]}
     oversize_tools = {**oversize, "tools": [_TOOL], "tool_choice": "required"}
     over_context = {**_BASE, "messages": [{"role": "user", "content": "word " * 1100}]}

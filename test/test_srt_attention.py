@@ -1,10 +1,10 @@
-"""srt/attention.sparse_attention against an explicit masked softmax (the definition)."""
+"""srt/attention/torch_native_backend.sparse_attention against an explicit masked softmax (the definition)."""
 
 import pytest
 import torch
 
 pytest.importorskip("sglang")
-from sglang_pask.srt.attention import sparse_attention  # noqa: E402
+from sglang_pask.srt.attention.torch_native_backend import sparse_attention  # noqa: E402
 
 
 def _naive(q, k, v, q_pos, k_pos, scale, allow=None):
@@ -61,8 +61,8 @@ def _random_batch(seed, B=5, full=160, unit=100, width=30):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_padded_held_slots_equals_held_slots_row_by_row(seed):
-    from sglang_pask.srt.attention import padded_held_slots
-    from sglang_pask.srt.segment_views import held_slots
+    from sglang_pask.srt.attention.torch_native_backend import padded_held_slots
+    from sglang_pask.srt.mem_cache.segment_views import held_slots
 
     mapping, r2t, rows, lens = _random_batch(seed)
     slots, counts = padded_held_slots(mapping, r2t, rows, lens)
@@ -80,8 +80,8 @@ def test_decode_attention_over_padded_slots_equals_sparse_attention_per_request(
     reference attention over its own held keys (both implementations of the operator)."""
     from sglang_pask import ops
     from sglang_pask.ops import reference
-    from sglang_pask.srt.attention import padded_held_slots
-    from sglang_pask.srt.segment_views import held_slots
+    from sglang_pask.srt.attention.torch_native_backend import padded_held_slots
+    from sglang_pask.srt.mem_cache.segment_views import held_slots
 
     if impl == "compiled" and ops.compiled() is None:
         pytest.skip(ops.implementation())

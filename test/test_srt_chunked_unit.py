@@ -1,4 +1,4 @@
-"""The chunked prefill rule on the scheduler side (srt/chunked.py) on CPU at tiny sizes, no server:
+"""The chunked prefill rule on the scheduler side (srt/managers/chunked.py) on CPU at tiny sizes, no server:
 real ``Req`` objects, SGLang's ``ReqToTokenPool`` and the PASK pools (srt_kit.py).
 
 * the rule of a process: chunks of ``--pask-prefill-chunk`` (default a quarter of a unit pool)
@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.chunks import ChunkRule  # noqa: E402
-from sglang_pask.srt import chunked  # noqa: E402
-from sglang_pask.srt.persist import compress_request  # noqa: E402
+from sglang_pask.srt.managers import chunked  # noqa: E402
+from sglang_pask.srt.managers.persist import compress_request  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 
@@ -27,7 +28,6 @@ from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 def _state():
     reset_counters()
     yield
-    chunked._STATE.update(rule=None, capacity=0)
     reset_counters()
 
 
@@ -84,7 +84,7 @@ def test_compressed_at_chunk_ends_within_the_planned_peak(method):
     assert peak == plan.peak < P
     compress_request(req, rig.req_to_token, rig.alloc, config)  # prefill end (decode step 0)
     assert max(len(h) for h in rig.held(req)) == plan.after
-    assert 0 < chunked.COUNTERS["chunk_compressions"] <= 4 and chunked.COUNTERS["chunk_slots_dropped"] > 0
+    assert 0 < state().chunked["chunk_compressions"] <= 4 and state().chunked["chunk_slots_dropped"] > 0
     rig.release(req)
     rig.assert_idle()
 

@@ -1,4 +1,4 @@
-"""The trust boundary on CPU, no server (srt/edge.py, srt/request_tags.py; DESIGN.md §6):
+"""The trust boundary on CPU, no server (srt/entrypoints/edge.py, srt/managers/request_tags.py; DESIGN.md §6):
 
 * the tags action the server attaches is signed under its per-server key; a changed payload, an
   action signed under another key, or one written by hand does not verify;
@@ -22,14 +22,15 @@ from array import array
 from types import SimpleNamespace
 
 import pytest
+from sglang_pask.environ import envs
 
 pytest.importorskip("sglang")
 from sglang.srt.managers.kv_hints import KvHintAction, KvHintsEnvelope  # noqa: E402
-from sglang_pask.srt import edge, request_tags, seam  # noqa: E402
-from sglang_pask.srt.request_tags import (  # noqa: E402
+from sglang_pask.srt import seam  # noqa: E402
+from sglang_pask.srt.entrypoints import edge  # noqa: E402
+from sglang_pask.srt.managers import request_tags  # noqa: E402
+from sglang_pask.srt.managers.request_tags import (  # noqa: E402
     ACTION_TYPE,
-    COUNTERS,
-    ENV_HINT_KEY,
     RequestTags,
     TagError,
     attach,
@@ -37,19 +38,21 @@ from sglang_pask.srt.request_tags import (  # noqa: E402
     signed,
     validate,
 )
+from sglang_pask.srt.state import reset, state  # noqa: E402
 from sglang_pask.structure.classes import StructClass  # noqa: E402
+
+#: the per-server signing key's variable
+HINT_KEY = envs.SGLANG_PASK_HINT_KEY.name
 
 C = len(StructClass)
 
 
 @pytest.fixture(autouse=True)
 def _key(monkeypatch):
-    monkeypatch.setenv(ENV_HINT_KEY, "11" * 32)
-    for k in COUNTERS:
-        COUNTERS[k] = 0
+    monkeypatch.setenv(HINT_KEY, "11" * 32)
+    reset()
     yield
-    for k in COUNTERS:
-        COUNTERS[k] = 0
+    reset()
 
 
 def _own(classes, seg=0, rid="r"):
@@ -77,11 +80,11 @@ def test_own_action_verifies_and_changes_do_not(monkeypatch):
         forged = {**payload, field: value}
         assert signed(_action(forged)) == (forged == payload), field
     assert not signed(_action({k: v for k, v in payload.items() if k != "mac"}))
-    monkeypatch.setenv(ENV_HINT_KEY, "22" * 32)  # another server's key
+    monkeypatch.setenv(HINT_KEY, "22" * 32)  # another server's key
     assert not signed(action)
-    monkeypatch.delenv(ENV_HINT_KEY)  # no key (no policy): nothing verifies, nothing signs
+    monkeypatch.delenv(HINT_KEY)  # no key (no policy): nothing verifies, nothing signs
     assert not signed(action)
-    with pytest.raises(RuntimeError, match=ENV_HINT_KEY):
+    with pytest.raises(RuntimeError, match=HINT_KEY):
         _own([1, 2])
 
 
@@ -131,20 +134,20 @@ def test_scheduler_reads_only_signed_actions():
     tags = RequestTags(_req(n, KvHintsEnvelope(protocol_version="1", message_id="m", actions=[forged])))
     assert not tags.tagged and tags.error is None and tags.segment_end == 0
     assert tags.prompt.tolist() == [int(StructClass.OTHER)] * n
-    assert COUNTERS["forged"] == 1 and COUNTERS["untagged"] == 1
+    assert state().tags["forged"] == 1 and state().tags["untagged"] == 1
 
     own = _own([2, 2, 7, 7, 7, 1], seg=3)
     both = KvHintsEnvelope(protocol_version="1", message_id="m", actions=[forged, *own.actions])
     tags = RequestTags(_req(n, both))  # the forged one comes first: still only the signed one counts
     assert tags.tagged and tags.prompt.tolist() == [2, 2, 7, 7, 7, 1] and tags.segment_end == 3
-    assert COUNTERS["forged"] == 2 and COUNTERS["tagged"] == 1
+    assert state().tags["forged"] == 2 and state().tags["tagged"] == 1
 
 
 def test_signed_tags_that_do_not_fit_refuse_the_request():
     tags = RequestTags(_req(5, _own([1, 2, 3, 4])))  # signed for 4 ids, the request runs 5
     assert tags.error == "tags: n = 4, the prompt has 5 tokens" and not tags.tagged
     assert tags.prompt.tolist() == [0] * 5 and tags.segment_end == 0
-    assert COUNTERS["refused"] == 1
+    assert state().tags["refused"] == 1
 
 
 # --- the HTTP edge -----------------------------------------------------------------------------------
@@ -257,7 +260,7 @@ def test_middleware_hands_other_bodies_on_unchanged(chunks):
 def test_seam_middleware_declaration():
     fastapi = pytest.importorskip("fastapi")
     app = fastapi.FastAPI()
-    d = seam.AppMiddleware(f"{__name__}._APP", "sglang_pask.srt.edge:JsonObjectBody")
+    d = seam.AppMiddleware(f"{__name__}._APP", "sglang_pask.srt.entrypoints.edge:JsonObjectBody")
     globals()["_APP"] = app
     try:
         assert "is not in" in seam.check(d)
@@ -271,13 +274,13 @@ def test_seam_middleware_declaration():
     finally:
         del globals()["_APP"]
     declared = [x for x in seam.DECLARED if isinstance(x, seam.AppMiddleware)]
-    assert [x.cls for x in declared] == ["sglang_pask.srt.edge:JsonObjectBody"]
+    assert [x.cls for x in declared] == ["sglang_pask.srt.entrypoints.edge:JsonObjectBody"]
 
 
 def test_plugin_makes_a_new_key(monkeypatch):
-    monkeypatch.setenv(ENV_HINT_KEY, "11" * 32)
+    monkeypatch.setenv(HINT_KEY, "11" * 32)
     request_tags.make_key()
-    first = os.environ[ENV_HINT_KEY]
+    first = os.environ[HINT_KEY]
     request_tags.make_key()
-    second = os.environ[ENV_HINT_KEY]
+    second = os.environ[HINT_KEY]
     assert first != "11" * 32 and first != second and len(bytes.fromhex(second)) == 32

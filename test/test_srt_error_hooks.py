@@ -1,4 +1,5 @@
-"""srt/error_hooks: every 4xx message it writes is one line that names what is wrong.
+"""srt/entrypoints/error_hooks, srt/managers/prompt_limits: every 4xx message they write is one line
+that names what is wrong.
 
 * ``short_schema_error`` on the message SGLang builds (``str(SchemaError)``);
 * ``validation_message`` on FastAPI's ``exc.errors()`` (malformed JSON, a missing field, a
@@ -13,7 +14,8 @@ import json
 
 import pytest
 from sglang_pask.srt import seam
-from sglang_pask.srt.error_hooks import PromptLimits, length_message, short_schema_error, validation_message
+from sglang_pask.srt.entrypoints.error_hooks import short_schema_error, validation_message
+from sglang_pask.srt.managers.prompt_limits import PromptLimits, length_message
 
 
 def _sglang_message(schema) -> str:
@@ -110,7 +112,7 @@ def _app():
 #: the app a declaration names (``seam.resolve`` reads it by name, as it reads SGLang's)
 APP = None
 DECL = seam.AppHandler(f"{__name__}:APP", "fastapi.exceptions.RequestValidationError",
-                       "sglang_pask.srt.error_hooks:around_validation_handler")
+                       "sglang_pask.srt.entrypoints.error_hooks:around_validation_handler")
 
 
 def test_the_wrapped_handler_keeps_sglangs_envelope_with_one_line(monkeypatch):

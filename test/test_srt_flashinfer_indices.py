@@ -14,11 +14,11 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 import torch
-from sglang_pask.srt.attention import sparse_attention
-from sglang_pask.srt.flashinfer_backend import build_unit_indices, merge_lse_states
-from sglang_pask.srt.segment_views import held_slots
+from sglang_pask.srt.attention.flashinfer_backend import build_unit_indices, merge_lse_states
+from sglang_pask.srt.attention.torch_native_backend import sparse_attention
+from sglang_pask.srt.mem_cache.segment_views import held_slots
 
-MOD = "sglang_pask.srt.flashinfer_backend"
+MOD = "sglang_pask.srt.attention.flashinfer_backend"
 
 
 # -- build_unit_indices vs held_slots --------------------------------------------------------------
@@ -78,8 +78,8 @@ def test_views_hide_the_same_positions_in_every_index_build(seed, monkeypatch):
     position the view hides is not held. FlashInfer's flat build, the torch backend's per-request
     and padded builds all equal the reference: the unit's slots with the hidden positions zeroed,
     zeros removed."""
-    from sglang_pask.srt import segment_views
-    from sglang_pask.srt.attention import padded_held_slots
+    from sglang_pask.srt.attention.torch_native_backend import padded_held_slots
+    from sglang_pask.srt.state import state
 
     mapping, req_to_token, rows, lens = _random_case(seed)
     g = torch.Generator().manual_seed(100 + seed)
@@ -87,7 +87,7 @@ def test_views_hide_the_same_positions_in_every_index_build(seed, monkeypatch):
     for i in (0, 3):  # two requests with a view over a segment of up to their length
         s = max(int(lens[i]) - 2, 1)
         views[int(rows[i])] = ("rid", s, [torch.rand(s, generator=g) < 0.4 for _ in range(mapping.shape[0])])
-    monkeypatch.setattr(segment_views, "VIEWS", views)
+    monkeypatch.setattr(state(), "views", views)
     out = build_unit_indices(mapping, req_to_token, rows, lens)
     for u, (kv_indptr, kv_indices) in enumerate(out):
         padded, counts = padded_held_slots(mapping[u], req_to_token, rows, lens.clamp(min=1), u)
@@ -225,7 +225,7 @@ H, HK, D, LAYERS, UNITS = 4, 2, 8, 3, [[0], [1, 2]]
 @pytest.fixture
 def backend(monkeypatch):
     from sglang.srt import runtime_context
-    from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator, PaskKVPool
 
     fi = types.ModuleType("flashinfer")
     fi.BatchDecodeWithPagedKVCacheWrapper = _Decode
@@ -240,7 +240,7 @@ def backend(monkeypatch):
     monkeypatch.setitem(sys.modules, sgl_fi.__name__, sgl_fi)
     monkeypatch.setattr(runtime_context, "get_parallel", lambda: NS(attn_tp_size=1, attn_dcp_size=1))
     monkeypatch.setattr(runtime_context, "get_buffer", lambda name, factory: torch.empty(8, dtype=torch.uint8))
-    from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
+    from sglang_pask.srt.attention.flashinfer_backend import PaskFlashInferAttnBackend
 
     pool = PaskKVPool(units=UNITS, full_size=64, unit_size=64, dtype=torch.float32, head_num=HK, head_dim=D,
                       v_head_dim=None, device="cpu", num_layers=LAYERS)
@@ -340,7 +340,7 @@ def test_backend_records_what_the_torch_backend_records(backend, kind, w):
     """The recording glue: over a prefill, an extend after drops and decode steps, the backend's
     recorder holds what a torch-path recorder fed each request's queries over its held keys (the
     torch backend's :meth:`~.attention.PaskTorchNativeAttnBackend._attend`) holds."""
-    from sglang_pask.srt.window_stats import Recorder
+    from sglang_pask.srt.attention.window_stats import Recorder
 
     be, alloc = backend
     be.recorder, ref = Recorder(kind, w, HK), Recorder(kind, w, HK)

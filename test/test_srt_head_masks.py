@@ -1,17 +1,17 @@
-"""srt/head_masks: a per-KV-head selection's state per request row and unit, read by attention
+"""srt/attention/head_masks: a per-KV-head selection's state per request row and unit, read by attention
 (which keys each KV head reads) and by the next view (``CacheView.head_mask``)."""
 
 import numpy as np
 import pytest
 import torch
-from sglang_pask.srt import head_masks
+from sglang_pask.srt.attention import head_masks
 
 
 @pytest.fixture(autouse=True)
 def _clean():
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
     yield
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
 
 
 def test_allow_follows_the_selection_and_later_positions_are_every_heads():

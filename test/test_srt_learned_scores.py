@@ -1,4 +1,4 @@
-"""The learned scorer in the server (srt/learned_scores.py), on CPU at tiny sizes, no server: hooks
+"""The learned scorer in the server (srt/attention/learned_scores.py), on CPU at tiny sizes, no server: hooks
 on each decoder layer's ``input_layernorm`` turn the forward's attention input into the shipped
 scorer's own predictions, stored by full id (``out_cache_loc``) for the forward that
 ``ModelRunner.forward`` (the seam's AROUND hook) hands over; decode forwards only when the
@@ -25,10 +25,10 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 from sglang_pask.methods import CacheView  # noqa: E402
 from sglang_pask.methods.base import AttentionStats  # noqa: E402
 from sglang_pask.methods.learned import LearnedScorer  # noqa: E402
-from sglang_pask.srt import head_masks  # noqa: E402
-from sglang_pask.srt.learned_scores import LearnedScores, around_forward  # noqa: E402
-from sglang_pask.srt.persist import PROTECTED_TAIL, compress_request  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.attention import head_masks  # noqa: E402
+from sglang_pask.srt.attention.learned_scores import LearnedScores, around_forward  # noqa: E402
+from sglang_pask.srt.managers.persist import PROTECTED_TAIL, compress_request  # noqa: E402
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import server_methods  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
@@ -41,7 +41,7 @@ def _clean():
     reset_counters()
     yield
     reset_counters()
-    head_masks.MASKS.clear()  # KVzap's per-head sets of the rig's rows
+    head_masks.masks().clear()  # KVzap's per-head sets of the rig's rows
 
 
 class _Norm(torch.nn.Module):

@@ -1,6 +1,6 @@
 """The server's compression for methods that read attention statistics (H2O, SnapKV and PyramidKV
 per layer), on the real pools, allocator and ``Req`` of the CPU rig: the recorder
-(srt/window_stats.py) is fed each forward's queries over the keys each layer holds, as the torch
+(srt/attention/window_stats.py) is fed each forward's queries over the keys each layer holds, as the torch
 backend feeds it, and at every due step the request keeps exactly what the method selects from a
 view carrying those statistics; under ``prefill`` the recorder stops after step 0, and releasing
 the request forgets its row. (The statistics themselves: test_srt_window_stats.py; the same
@@ -15,10 +15,11 @@ pytest.importorskip("sglang")
 
 import torch  # noqa: E402
 from sglang_pask.methods import CacheView  # noqa: E402
-from sglang_pask.srt import head_masks, window_stats  # noqa: E402
-from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.attention import head_masks, window_stats  # noqa: E402
+from sglang_pask.srt.managers.persist import PROTECTED_TAIL, compress_batch, compress_request  # noqa: E402
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 #: the methods whose statistics the recorder keeps (KVzip's scores: test_srt_reconstruct.py)
@@ -30,7 +31,6 @@ def _clean():
     reset_counters()
     yield
     reset_counters()
-    window_stats.RECORDER = None
 
 
 def _retained(rig, req):
@@ -44,7 +44,7 @@ def _retained(rig, req):
 def _feed(rig, req, first: int, end: int, gen: torch.Generator, kv_heads: int = 1) -> None:
     """One forward of queries ``first ..< end`` through the recorder, as the torch backend hands it
     over: per layer, 2 query heads per KV head over the keys the layer's unit holds (``< end``)."""
-    rec, row = window_stats.RECORDER, int(req.kv.req_pool_idx)
+    rec, row = state().recorder, int(req.kv.req_pool_idx)
     rec.begin(row, first, end)
     for layer, held in enumerate(_retained(rig, req)):
         k_pos = torch.from_numpy(held[held < end])
@@ -117,9 +117,8 @@ def test_a_batch_is_compressed_request_by_request_with_statistics():
     batch = ScheduleBatch(reqs=reqs, req_to_token_pool=rig.req_to_token_pool,
                           token_to_kv_pool_allocator=rig.alloc, device="cpu")
     compress_batch(batch, rig.alloc, config)
-    from sglang_pask.srt import persist
 
-    assert persist.COUNTERS["errors"] == 0 and persist.COUNTERS["requests_compressed"] == 2
+    assert state().compression["errors"] == 0 and state().compression["requests_compressed"] == 2
     for req in reqs:
         rig.release(req)
     rig.assert_idle()

@@ -1,4 +1,4 @@
-"""Drops at SGLang's eviction point (srt/persist.py) on CPU at tiny sizes: real ``Req`` objects with
+"""Drops at SGLang's eviction point (srt/managers/persist.py) on CPU at tiny sizes: real ``Req`` objects with
 the plugin's tags, SGLang's ``ReqToTokenPool`` and the PASK pools (tests/srt_kit.py), no server.
 
 For every method the server runs, under both schedules: at each compression ``compress_request``
@@ -16,10 +16,15 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.base import CacheView  # noqa: E402
-from sglang_pask.srt import persist  # noqa: E402
-from sglang_pask.srt.persist import PROTECTED_TAIL, compress_batch, compress_request, record_release  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.managers.persist import (  # noqa: E402
+    PROTECTED_TAIL,
+    compress_batch,
+    compress_request,
+    record_release,
+)
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
 from sglang_pask.srt.serving import _needs_attention, server_methods  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import Rig, assert_twins_then_idle, compress_step, reset_counters, serving_config  # noqa: E402
 
 PROMPT = 40
@@ -79,9 +84,9 @@ def test_compress_keeps_the_methods_set_and_frees_the_rest(method, schedule):
             budget = int(np.floor(config.budget * config.num_layers * seq_len + 1e-9))
             assert _slots(rig, req) <= max(budget, PROTECTED_TAIL * config.num_layers) or method == "pask"
         rig.decode(req)
-    assert persist.COUNTERS["compressions"] == compressions
-    assert persist.COUNTERS["requests_compressed"] == (1 if compressions else 0)
-    assert persist.COUNTERS["errors"] == 0
+    assert state().compression["compressions"] == compressions
+    assert state().compression["requests_compressed"] == (1 if compressions else 0)
+    assert state().compression["errors"] == 0
     if method == "full":
         assert compressions == 0 and rig.alloc.dropped_total == 0
     else:
@@ -116,7 +121,7 @@ def test_not_due_touches_nothing():
     req.decode_batch_idx = 0
     req.kv.kv_committed_len = 1  # only the protected tail
     assert compress_request(req, rig.req_to_token, rig.alloc, config) == 0
-    assert persist.COUNTERS["compressions"] == 0
+    assert state().compression["compressions"] == 0
 
 
 def test_two_requests_compress_independently_and_balance():
@@ -154,7 +159,7 @@ def test_compress_batch_clears_batch_is_full_and_counts_errors():
     batch = ScheduleBatch(reqs=[bad, good], req_to_token_pool=rig.req_to_token_pool,
                           token_to_kv_pool_allocator=rig.alloc, batch_is_full=True, device="cpu")
     compress_batch(batch, rig.alloc, config)
-    assert persist.COUNTERS["errors"] == 1 and persist.COUNTERS["compressions"] == 1
+    assert state().compression["errors"] == 1 and state().compression["compressions"] == 1
     assert batch.batch_is_full is False
     assert all(len(h) == 30 for h in rig.held(bad))  # kept Full KV
     assert all(len(h) < 30 for h in rig.held(good))
@@ -174,7 +179,7 @@ def test_record_release_and_kept_log(tmp_path):
     rig.decode(req)
     held = [len(h) for h in rig.held(req)]
     record_release(req, rig.req_to_token, rig.alloc)
-    rec = persist.RELEASED[-1]
+    rec = state().released[-1]
     per = rig.pool.bytes_per_token_layer()
     assert rec["rid"] == "rec" and rec["seq_len"] == PROMPT + 1 and rec["unit_slots"] == held
     assert rec["kv_bytes"] == sum(n * len(u) for n, u in zip(held, config.units)) * per
@@ -211,6 +216,6 @@ def test_batched_compression_equals_request_by_request(method, schedule, monkeyp
             compress_step(rig, running, config, k == 0, monkeypatch)  # the batched path must not fall back
             for req in running:
                 rig.decode(req, token=90 + step)
-        counters.append(dict(persist.COUNTERS))
+        counters.append(dict(state().compression))
     assert counters[0] == counters[1] and counters[0]["errors"] == 0
     assert_twins_then_idle(rigs, reqs)

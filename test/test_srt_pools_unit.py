@@ -1,4 +1,4 @@
-"""The per-unit KV sub-pools and their allocator (srt/pools.py) on CPU at tiny sizes: SGLang's own
+"""The per-unit KV sub-pools and their allocator (srt/mem_cache/pools.py) on CPU at tiny sizes: SGLang's own
 ``MHATokenToKVPool`` and ``TokenToKVPoolAllocator`` under :class:`PaskKVPool` /
 :class:`PaskAllocator`, no server.
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 pytest.importorskip("sglang")
-from sglang_pask.srt.pools import PaskAllocator, PaskKVPool, unit_size_for  # noqa: E402
+from sglang_pask.srt.mem_cache.pools import PaskAllocator, PaskKVPool, unit_size_for  # noqa: E402
 from srt_kit import NUM_LAYERS  # noqa: E402
 
 UNITS = [[0, 1], [2, 3]]

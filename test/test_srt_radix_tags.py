@@ -1,4 +1,4 @@
-"""Structure tags in SGLang's radix tree (srt/radix_tags.py): runs split exactly, and for 200
+"""Structure tags in SGLang's radix tree (srt/mem_cache/radix_tags.py): runs split exactly, and for 200
 requests that share tools blocks, the classes a request reads back from the tree for its cached
 prefix equal its own tagging from scratch (the one rendering path, ``render_chat``).
 
@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 
 pytest.importorskip("sglang")
-from sglang_pask.srt.radix_tags import runs_total, split_runs  # noqa: E402
+from sglang_pask.srt.mem_cache.radix_tags import runs_total, split_runs  # noqa: E402
 
 CHILD = r"""
 import json, sys
@@ -30,7 +30,7 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
-from sglang_pask.srt.radix_tags import KEY, PaskFullComponent, path_classes
+from sglang_pask.srt.mem_cache.radix_tags import KEY, PaskFullComponent, path_classes
 
 reqs = json.load(open(sys.argv[1]))
 total = sum(len(ids) for ids, _ in reqs)

@@ -1,4 +1,4 @@
-"""The PASK radix cache (srt/radix_cache.py, srt/radix_tags.py) on CPU at tiny sizes: SGLang's
+"""The PASK radix cache (srt/mem_cache/radix_cache.py, srt/mem_cache/radix_tags.py) on CPU at tiny sizes: SGLang's
 ``UnifiedRadixCache`` (Python tree core) with :class:`PaskFullComponent` over the PASK pools,
 driven by SGLang's own ``checkpoint_kv_cache`` / ``release_kv_cache`` with real ``Req`` objects
 (srt_kit.py), no server.
@@ -22,7 +22,9 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.segment import segment_kept  # noqa: E402
-from sglang_pask.srt import radix_tags, segments, serving  # noqa: E402
+from sglang_pask.srt import serving  # noqa: E402
+from sglang_pask.srt.mem_cache import radix_tags  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import Rig, prompt_classes, reset_counters, serving_config  # noqa: E402
 
 S, OWN = 24, 12
@@ -47,7 +49,7 @@ def use_config(monkeypatch):
 
 
 def _namespace(config) -> str:
-    """The cache namespace a request of this segment gets from the plugin's tagging (tag_hooks):
+    """The cache namespace a request of this segment gets from the plugin's tagging (entrypoints/prompt_tags):
     the server's stamp and a digest of the segment's token ids."""
     digest = hashlib.sha256(",".join(map(str, SEG_IDS)).encode()).hexdigest()[:24]
     return f"pask-segment:{config.stamp}:{digest}"
@@ -93,7 +95,7 @@ def test_publish_cut_share_release_evict(use_config):
     tree = rig.tree.stats()
     assert tree["nodes"] == 1 and tree["tokens"] == S  # the segment only, whole
     assert tree["unit_slots"] == [len(k) for k in kept]  # cut right after the insert
-    assert segments.COUNTERS["segments_compressed"] == 1
+    assert state().segments["segments_compressed"] == 1
     assert [h[h < S].tolist() for h in rig.held(a)] == [k.tolist() for k in kept]
     node = rig.tree.tree_core.root_node.children[next(iter(rig.tree.tree_core.root_node.children))]
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -106,10 +108,10 @@ def test_publish_cut_share_release_evict(use_config):
     assert int(b.kv.cache_protected_len) == S
     assert rig.row(b)[:S].tolist() == rig.row(a)[:S].tolist()  # the tree's ids, shared
     assert [h[h < S].tolist() for h in rig.held(b)] == [k.tolist() for k in kept]
-    assert segments.COUNTERS["segments_compressed"] == 1  # not compressed twice
+    assert state().segments["segments_compressed"] == 1  # not compressed twice
     for req in (a, b):
         for _ in range(3):
-            from sglang_pask.srt.persist import compress_request
+            from sglang_pask.srt.managers.persist import compress_request
 
             compress_request(req, rig.req_to_token, rig.alloc, config)
             rig.decode(req)
@@ -148,7 +150,7 @@ def test_eviction_under_pressure_frees_unit_slots(use_config):
         _first_prefill(rig, req)
         rig.release(req)
         assert _balanced(rig), (i, rig.alloc.stats(), rig.tree.stats())
-    assert segments.COUNTERS["segments_compressed"] == 8 and rig.tree.stats()["nodes"] < 8  # some evicted
+    assert state().segments["segments_compressed"] == 8 and rig.tree.stats()["nodes"] < 8  # some evicted
     rig.tree.evict(EvictParams(num_tokens=rig.alloc.size))
     rig.assert_idle()
 
@@ -168,7 +170,7 @@ def test_another_policy_never_matches(use_config):
     b = _request(rig, 1, config=other)
     rig.prefill(b, upto=S)
     assert rig.matched[b.rid] == 0  # another namespace: a miss, its segment computed and cut anew
-    assert segments.COUNTERS["segments_compressed"] == 2 and rig.tree.stats()["nodes"] == 2
+    assert state().segments["segments_compressed"] == 2 and rig.tree.stats()["nodes"] == 2
     assert rig.match_len(ids, _namespace(config)) == 0  # the first server's namespace, another stamp
     rig.release(b)
     use_config(config)
@@ -185,7 +187,7 @@ def test_full_prefill_keeps_the_block_whole_and_hits_read_views(use_config):
     keeps the segment whole (stamped ``/full``, nothing cut); a second request matches it (a hit:
     its row points at the tree's slots, nothing recomputed) and, once its prompt is written, reads
     only the kept positions (its view); releasing clears the views and balances the pools."""
-    from sglang_pask.srt import segment_views
+    from sglang_pask.srt.mem_cache import segment_views
 
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=0.5,
                                        segment_prefill="full"))
@@ -205,10 +207,10 @@ def test_full_prefill_keeps_the_block_whole_and_hits_read_views(use_config):
         row = int(req.kv.req_pool_idx)
         assert [segment_views.visible(row, u, np.arange(S)).tolist() for u in range(len(config.units))] == \
             [k.tolist() for k in kept]
-    assert segments.COUNTERS["segments_compressed"] == 0 and segment_views.COUNTERS["views"] == 2
+    assert state().segments["segments_compressed"] == 0 and state().views_made["views"] == 2
     rig.release(a)
     rig.release(b)
-    assert not segment_views.VIEWS
+    assert not state().views
     assert _balanced(rig), (rig.alloc.stats(), rig.tree.stats())
 
 
@@ -243,13 +245,12 @@ def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
     request holds is never demoted; a later request hits the demoted block; LRU evicts only what
     demotion cannot free; the pools balance after every step and are idle at the end."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-    from sglang_pask.srt import radix_cache, segment_views
 
     config = use_config(serving_config("pask", 0.33, segment="system", radix=True, own_budget=1.0,
                                        segment_prefill="full"))
     rig = Rig(config, full_size=160, unit_size=112, radix=True)
     kept = _kept(config)
-    radix_cache.COUNTERS.update(demoted=0, demoted_slots=0)
+    state().demotion.update(demoted=0, demoted_slots=0)
 
     def block(i: int, seed: int = 0):
         seg = [10_000 * (i + 1) + j for j in range(S)]
@@ -278,7 +279,7 @@ def test_cold_whole_blocks_are_demoted_before_eviction(use_config):
     rig.prefill(hit)
     assert rig.matched[hit.rid] == S
     assert [h[h < S].tolist() for h in rig.held(hit)] == [k.tolist() for k in kept]
-    assert segment_views.COUNTERS["views_on_demoted"] == 1
+    assert state().views_made["views_on_demoted"] == 1
     rig.release(hit)
     assert _balanced(rig, [reqs[2]])
     rig.tree.evict_for_alloc(EvictParams(num_tokens=rig.alloc.size))  # more than demotion can free

@@ -1,4 +1,4 @@
-"""KVzip's scoring pass in the server (srt/reconstruct.py), on the real pools of the CPU rig: the
+"""KVzip's scoring pass in the server (srt/attention/reconstruct.py), on the real pools of the CPU rig: the
 no-write attention of a reconstruction chunk against a masked softmax written out here -- which
 context positions its queries see (held, ``< sinks`` or in ``[a, b)``, each KV head's own set),
 causal over its own tokens, the output and the recorded score (the most any query of a KV head's
@@ -16,7 +16,8 @@ pytest.importorskip("sglang")
 
 import torch  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc  # noqa: E402
-from sglang_pask.srt import head_masks, reconstruct  # noqa: E402
+from sglang_pask.srt.attention import head_masks, reconstruct  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import Rig, reset_counters, serving_config  # noqa: E402
 
 KV_HEADS, GROUP, D = 2, 2, 4
@@ -25,9 +26,9 @@ KV_HEADS, GROUP, D = 2, 2, 4
 @pytest.fixture(autouse=True)
 def _clean():
     reset_counters()
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
     yield
-    head_masks.MASKS.clear()
+    head_masks.masks().clear()
 
 
 def _rig_with_context(T: int, seed: int):
@@ -106,7 +107,7 @@ def test_a_pass_attends_as_a_masked_softmax_and_records_the_top_attention(a, b, 
 
 
 def test_kvzip_heads_needs_the_torch_backend(monkeypatch):
-    monkeypatch.setattr(reconstruct, "BACKEND", None)
+    monkeypatch.setattr(state(), "reconstruct_backend", None)
     config, rig, req = _rig_with_context(8, seed=0)
     with pytest.raises(RuntimeError, match="torch attention backend"):
         reconstruct.kvzip_heads(req, 8, rig.held(req), config.method, backend=None)

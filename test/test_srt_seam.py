@@ -23,7 +23,12 @@ import time
 
 import pytest
 from conftest import ROOT
+from sglang_pask.environ import envs
 from sglang_pask.srt import preflight, seam
+
+TEST_TARGET = envs.SGLANG_PASK_TEST_BOGUS_TARGET.name
+TEST_VERSION = envs.SGLANG_PASK_TEST_SGLANG_VERSION.name
+ALLOW_VERSION = envs.SGLANG_PASK_ALLOW_SGLANG_VERSION.name
 
 SRC = ROOT / "python" / "sglang_pask"
 MODEL = ROOT / "models" / "tiny-random-qwen3"
@@ -39,7 +44,7 @@ def _sources() -> dict[str, str]:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in (seam.ENV_TEST_TARGET, seam.ENV_TEST_VERSION, seam.ENV_ALLOW_VERSION)}
+           if k not in (TEST_TARGET, TEST_VERSION, ALLOW_VERSION)}
     return {**env, **extra}
 
 
@@ -88,7 +93,7 @@ def test_declarations_are_data():
 # --- everything resolves in the installed SGLang ------------------------------------------
 
 def test_preflight_passes_on_the_installed_sglang(monkeypatch):
-    for var in (seam.ENV_TEST_TARGET, seam.ENV_TEST_VERSION, seam.ENV_ALLOW_VERSION):
+    for var in (TEST_TARGET, TEST_VERSION, ALLOW_VERSION):
         monkeypatch.delenv(var, raising=False)
     assert seam.installed_version() == seam.SGLANG_VERSION
     assert preflight.preflight() is None
@@ -111,11 +116,11 @@ def test_the_static_check_names_what_is_missing():
 
 
 def test_version(monkeypatch):
-    monkeypatch.delenv(seam.ENV_ALLOW_VERSION, raising=False)
-    monkeypatch.setenv(seam.ENV_TEST_VERSION, "0.5.22")
+    monkeypatch.delenv(ALLOW_VERSION, raising=False)
+    monkeypatch.setenv(TEST_VERSION, "0.5.22")
     assert seam.version_error() == (f"SGLang 0.5.22 is installed, the plugin is written for SGLang "
-                                    f"{seam.SGLANG_VERSION} (set {seam.ENV_ALLOW_VERSION}=1 to start anyway)")
-    monkeypatch.setenv(seam.ENV_ALLOW_VERSION, "1")
+                                    f"{seam.SGLANG_VERSION} (set {ALLOW_VERSION}=1 to start anyway)")
+    monkeypatch.setenv(ALLOW_VERSION, "1")
     assert seam.version_error() is None and preflight.preflight() is None
 
 
@@ -162,16 +167,16 @@ _APPLIED = (
     "bad = [(d, seam.check(d)) for d in seam.declared() if seam.check(d)]\n"
     "assert not bad, bad\n"
     "from sglang.srt.mem_cache.registry import get_radix_cache_factory\n"
-    "from sglang_pask.srt.radix_cache import pask_radix_cache_factory\n"
+    "from sglang_pask.srt.mem_cache.radix_cache import pask_radix_cache_factory\n"
     "assert get_radix_cache_factory(seam.RADIX_BACKEND) is pask_radix_cache_factory\n"
     "from sglang.srt.mem_cache import common\n"
-    "from sglang_pask.srt import persist_hooks, tag_hooks\n"
+    "from sglang_pask.srt.managers import output_tags, persist_hooks\n"
     "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', persist_hooks.around_release)\n"
-    "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', tag_hooks.around_release)\n"
+    "assert seam._installed('sglang.srt.mem_cache.common.release_kv_cache', output_tags.around_release)\n"
     "assert not seam._installed('sglang.srt.mem_cache.common.release_kv_cache', seam._noop_after)\n"
     "from fastapi.exceptions import RequestValidationError\n"
     "from sglang.srt.entrypoints.http_server import app, validation_exception_handler\n"
-    "from sglang_pask.srt import error_hooks\n"
+    "from sglang_pask.srt.entrypoints import error_hooks\n"
     "held = app.exception_handlers[RequestValidationError]\n"
     "assert seam._in_chain(held, error_hooks.around_validation_handler)\n"
     "assert held.__wrapped__ is validation_exception_handler\n"
@@ -185,7 +190,7 @@ _CHILD = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('no
 #: name -> (its environment, its code)
 _CASES = {
     "applied": (_env, _APPLIED),
-    "child": (lambda: _env(SGLANG_PASK_POLICY=str(POLICY), **{seam.ENV_TEST_TARGET: f"pask:{BOGUS}"}), _CHILD),
+    "child": (lambda: _env(SGLANG_PASK_POLICY=str(POLICY), **{TEST_TARGET: f"pask:{BOGUS}"}), _CHILD),
 }
 
 
@@ -222,7 +227,7 @@ def _launch(env: dict) -> tuple[subprocess.CompletedProcess, float]:
 
 @pytest.mark.parametrize("group", [seam.PASK, seam.ALWAYS])
 def test_the_launcher_refuses_an_unresolved_target(group):
-    r, took = _launch(_env(**{seam.ENV_TEST_TARGET: f"{group}:{BOGUS}"}))
+    r, took = _launch(_env(**{TEST_TARGET: f"{group}:{BOGUS}"}))
     print(f"refused an unresolved {group} target in {took:.2f} s")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
@@ -232,12 +237,12 @@ def test_the_launcher_refuses_an_unresolved_target(group):
 
 
 def test_the_launcher_refuses_another_sglang_version():
-    r, took = _launch(_env(**{seam.ENV_TEST_VERSION: "0.5.22"}))
+    r, took = _launch(_env(**{TEST_VERSION: "0.5.22"}))
     print(f"refused SGLang 0.5.22 in {took:.2f} s")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         f"error: sglang_pask: SGLang 0.5.22 is installed, the plugin is written for SGLang {seam.SGLANG_VERSION} "
-        f"(set {seam.ENV_ALLOW_VERSION}=1 to start anyway)"], r.stderr[-2000:]
+        f"(set {ALLOW_VERSION}=1 to start anyway)"], r.stderr[-2000:]
     assert took < REFUSAL_S
 
 

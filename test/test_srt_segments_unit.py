@@ -1,4 +1,4 @@
-"""Shared segments (srt/segments.py) on CPU at tiny sizes, the radix cache off: real ``Req`` objects
+"""Shared segments (srt/managers/segments.py) on CPU at tiny sizes, the radix cache off: real ``Req`` objects
 with a segment end in their tags, SGLang's ``ReqToTokenPool`` and the PASK pools (srt_kit.py).
 
 * once a request's KV is written to its segment end (``compressed``) or its whole prompt
@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("sglang")
 from sglang_pask.methods.segment import own_slots, segment_kept  # noqa: E402
-from sglang_pask.srt import segments  # noqa: E402
-from sglang_pask.srt.persist import compress_request  # noqa: E402
-from sglang_pask.srt.request_tags import tags_of  # noqa: E402
-from sglang_pask.srt.segments import ensure_segment, segment_kept_units, segment_ready  # noqa: E402
+from sglang_pask.srt.managers.persist import compress_request  # noqa: E402
+from sglang_pask.srt.managers.request_tags import tags_of  # noqa: E402
+from sglang_pask.srt.managers.segments import ensure_segment, segment_kept_units, segment_ready  # noqa: E402
+from sglang_pask.srt.state import state  # noqa: E402
 from srt_kit import (  # noqa: E402
     Rig,
     assert_twins_then_idle,
@@ -83,8 +83,8 @@ def test_cut_keeps_the_rules_positions_for_every_sharer(method, segment_budget):
             assert np.array_equal(g, e), f"{req.rid} unit {u}: segment holds {g.tolist()}, the rule keeps {e.tolist()}"
         rig.prefill(req)  # the rest of the prompt: every own token held
         assert all(np.array_equal(h[h >= S], np.arange(S, S + OWN)) for h in rig.held(req))
-    assert segments.COUNTERS["segments_compressed"] == 3
-    assert segments.COUNTERS["segment_slots_dropped"] == 3 * sum(S - len(k) for k in expect)
+    assert state().segments["segments_compressed"] == 3
+    assert state().segments["segment_slots_dropped"] == 3 * sum(S - len(k) for k in expect)
     assert sum(len(k) * len(u) for k, u in zip(expect, config.units)) == tags_of(reqs[0]).segment_slots
     assert all(np.array_equal(a, b) for a, b in zip(segment_kept_units(reqs[0], config),
                                                     segment_kept_units(reqs[2], config)))
@@ -147,7 +147,6 @@ def test_batched_segment_compression_equals_request_by_request(method, own_budge
     in the same batch). After every step each request holds the same positions per unit, the same
     slots are free, the same counters count, the batched path never falls back; releasing leaves
     both idle."""
-    from sglang_pask.srt import persist
 
     config = serving_config(method, 0.33, schedule="continuous", interval=1, segment="system", own_budget=own_budget)
     rigs = [Rig(config, full_size=512), Rig(config, full_size=512)]
@@ -169,6 +168,6 @@ def test_batched_segment_compression_equals_request_by_request(method, own_budge
             compress_step(rig, running, config, k == 0, monkeypatch)
             for req in running:
                 rig.decode(req, token=90 + step)
-        counters.append(dict(persist.COUNTERS))
+        counters.append(dict(state().compression))
     assert counters[0] == counters[1] and counters[0]["errors"] == 0 and counters[0]["compressions"] > 0
     assert_twins_then_idle(rigs, reqs)

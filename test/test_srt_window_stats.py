@@ -1,4 +1,4 @@
-"""The server's attention statistics (srt/window_stats.py) against their definition, query by
+"""The server's attention statistics (srt/attention/window_stats.py) against their definition, query by
 query: a prompt prefilled in two chunks, a drop, then decode steps; the recorder must give, for
 every position a layer still holds, the attention it received from the newest ``w`` queries
 (``window``) or from every query (``accumulated``), summed over the query heads, each query's
@@ -11,8 +11,8 @@ import pytest
 import torch
 from sglang_pask.methods import make_method
 from sglang_pask.methods.testing import random_policy
-from sglang_pask.srt import window_stats
-from sglang_pask.srt.window_stats import Recorder
+from sglang_pask.srt.attention import window_stats
+from sglang_pask.srt.attention.window_stats import Recorder
 
 HQ, HKV, D, LAYERS, SCALE = 4, 2, 8, 2, 0.35
 
@@ -26,7 +26,7 @@ def _run(kind: str, w: int, seed: int, masked: bool = False):
     """(recorder, per layer the held positions at the end, per layer {query position: its
     per-position probabilities summed over each KV head's query heads, ``[HKV, T]``}).
     ``masked``: after the drop, KV head 1 no longer reads the held positions ``p % 3 == 1``
-    before the drop (a per-head selection: :mod:`sglang_pask.srt.head_masks`)."""
+    before the drop (a per-head selection: :mod:`sglang_pask.srt.attention.head_masks`)."""
     g = torch.Generator().manual_seed(seed)
     T = 40
     keys = torch.randn(LAYERS, HKV, T, D, generator=g)

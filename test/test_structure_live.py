@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 
 
 def _record(folder: str, rid: str, timeout: float = 20.0) -> dict:
-    from sglang_pask.srt import tag_log
+    from sglang_pask.srt.managers import tag_log
 
     deadline = time.monotonic() + timeout
     while True:

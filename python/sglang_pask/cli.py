@@ -47,11 +47,27 @@ def group(name: str, help: str) -> None:
     GROUPS[name] = help
 
 
-@command("env", "print the versions and CPU-shim state this install runs with", lambda p: None)
-def _env(_args: argparse.Namespace) -> int:
+def _env_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vars", action="store_true",
+                   help="print every SGLANG_PASK_* environment variable and --pask-* server flag instead: "
+                        "name, type, default, category (user, internal, test), doc")
+
+
+@command("env", "print the versions and CPU-shim state this install runs with (--vars: the variables and flags)",
+         _env_setup)
+def _env(args: argparse.Namespace) -> int:
     import importlib.metadata as md
 
     from sglang_pask import cpu_shim
+
+    if args.vars:
+        from sglang_pask.environ import table
+
+        rows = [("NAME", "TYPE", "DEFAULT", "CATEGORY", "DOC"), *table()]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+        return 0
 
     print(f"sglang_pask {sglang_pask.__version__}")
     for dist in ("torch", "sglang", "xgrammar", "transformers"):

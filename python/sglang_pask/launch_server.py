@@ -28,7 +28,7 @@ import subprocess
 import sys
 import warnings
 
-from sglang_pask.process import ENV_LAUNCHER
+from sglang_pask.environ import envs
 
 
 def _seam_error() -> str | None:
@@ -126,7 +126,7 @@ def main() -> None:
         sys.argv.extend(extra)
     # SGLang warns that `sglang serve` is preferred; this wrapper deliberately keeps launch_server.
     warnings.filterwarnings("ignore", message=".*sglang.launch_server.*", category=UserWarning)
-    os.environ[ENV_LAUNCHER] = "1"
+    envs.SGLANG_PASK_LAUNCHER.set(True)
     os.environ.setdefault(ENV_MODEL_PACKAGE, MODEL_PACKAGE)  # the user's choice wins
     try:
         runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)

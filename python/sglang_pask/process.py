@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 
-#: set by the launcher, inherited by the server's child processes (:func:`child_leaves_stop_to_launcher`)
-ENV_LAUNCHER = "SGLANG_PASK_LAUNCHER"
+from sglang_pask.environ import envs
 
 
 def child_leaves_stop_to_launcher() -> None:
@@ -23,7 +22,7 @@ def child_leaves_stop_to_launcher() -> None:
     import multiprocessing
     import signal
 
-    if os.environ.get(ENV_LAUNCHER) == "1" and multiprocessing.parent_process() is not None:
+    if envs.SGLANG_PASK_LAUNCHER.get() and multiprocessing.parent_process() is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -36,7 +35,7 @@ def before_final_kill(parent_pid=None, include_parent: bool = True, *args, **kwa
     SIGKILL then reaches the scheduler while the watchdog (1 s poll) may still be looking, and on a
     loaded machine it reports "Subprocess scheduler_0 crashed with exit code -9" and sends SIGQUIT
     although the stop was requested. Anywhere else: nothing."""
-    if (os.environ.get(ENV_LAUNCHER) == "1" and parent_pid == os.getpid() and not include_parent):
+    if (envs.SGLANG_PASK_LAUNCHER.get() and parent_pid == os.getpid() and not include_parent):
         import sys
 
         http = sys.modules.get("sglang.srt.entrypoints.http_server")

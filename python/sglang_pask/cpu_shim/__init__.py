@@ -28,6 +28,8 @@ import os
 import sys
 import types
 
+from sglang_pask.environ import envs
+
 #: Top-level package names the shim may stand in for.
 STANDIN_PACKAGES = ("torchvision", "sgl_kernel")
 _MARK = "__pask_standin__"
@@ -108,7 +110,7 @@ class StandInFinder(importlib.abc.MetaPathFinder):
 
 def cuda_present() -> bool:
     """True when an NVIDIA device node exists. Cheap and torch-free on purpose (runs at start-up)."""
-    if os.environ.get("SGLANG_PASK_ASSUME_CUDA") == "1":
+    if envs.SGLANG_PASK_ASSUME_CUDA.get():
         return True
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
 
@@ -124,7 +126,7 @@ def activate() -> bool:
     to ``sys.meta_path`` and ignores :data:`CPU_ONLY_WARNINGS`. Set ``SGLANG_PASK_CPU_SHIM=0`` to
     disable it.
     """
-    if os.environ.get("SGLANG_PASK_CPU_SHIM", "1") == "0" or cuda_present():
+    if not envs.SGLANG_PASK_CPU_SHIM.get() or cuda_present():
         return False
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     add_standins(STANDIN_PACKAGES)

@@ -45,7 +45,7 @@ def reconstruction_chunks(tokenizer, ids, chunk_size: int, n_sink: int) -> list[
     """KVzip's scoring forwards for a context of token ids ``ids`` (positions ``[0, T)``), one
     per chunk: ``(a, b, sinks, tokens)`` -- the chunk ``[a, b)``, the first ``sinks`` positions it
     also sees, and the tokens run at positions ``T ..`` (the repeat request, the chat template's
-    turn change, the chunk teacher-forced). The reference runner and the server (``srt/reconstruct.py``)
+    turn change, the chunk teacher-forced). The reference runner and the server (``srt/attention/reconstruct.py``)
     both run exactly these."""
     ids = [int(t) for t in ids]
     first, later, suffix = _texts(tokenizer)

@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 
 __all__ = ["implementation", "top_n_mask", "take_slots", "decode_attention", "compiled"]
 
-ENV = "SGLANG_PASK_OPS"
 
 
 @functools.lru_cache(maxsize=None)
 def _load() -> tuple[object, str]:
     """(``torch.ops.sglang_pask`` or None, a one-line description of what runs)."""
-    if os.environ.get(ENV) == "reference":
-        return None, f"torch reference ({ENV}=reference)"
+    from sglang_pask.environ import envs
+
+    if envs.SGLANG_PASK_OPS.get() == "reference":
+        return None, f"torch reference ({envs.SGLANG_PASK_OPS.name}=reference)"
     import torch
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

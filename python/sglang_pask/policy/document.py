@@ -13,6 +13,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from sglang_pask.environ import envs
 from sglang_pask.policy.envelope import FORMAT, OLD_FORMATS, SUPPORTED_FORMATS
 from sglang_pask.policy.residual import LEGACY
 
@@ -25,9 +26,6 @@ class PolicyError(ValueError):
 
 
 logger = logging.getLogger("sglang_pask")
-#: set once an old-file warning was printed for a path, inherited by child processes (a server's
-#: scheduler loads the policy again): one warning line per path per process tree
-ENV_WARNED = "SGLANG_PASK_OLD_POLICY_WARNED"
 
 
 def _warn_old_file(path: str, doc: dict, policy: "Policy") -> None:
@@ -42,10 +40,10 @@ def _warn_old_file(path: str, doc: dict, policy: "Policy") -> None:
         notes.append("spells its residual scorer with the old top-level fields (attention_blend, attention_stat, "
                      f"head_split, residual_split): read as \"residual\": {json.dumps(block)} (same policy hash)")
     key = os.path.abspath(path)
-    warned = os.environ.get(ENV_WARNED, "").split(os.pathsep)
+    warned = (envs.SGLANG_PASK_OLD_POLICY_WARNED.get() or "").split(os.pathsep)
     if not notes or key in warned:
         return
-    os.environ[ENV_WARNED] = os.pathsep.join([w for w in warned if w] + [key])
+    envs.SGLANG_PASK_OLD_POLICY_WARNED.set(os.pathsep.join([w for w in warned if w] + [key]))
     logger.warning("sglang_pask: policy file %r %s", path, "; and ".join(notes))
 
 

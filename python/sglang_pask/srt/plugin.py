@@ -31,31 +31,17 @@ import dataclasses
 import logging
 import os
 
+from sglang_pask.environ import SEGMENT_FLAGS, SERVER_FLAGS, envs, server_flag
 from sglang_pask.policy.flag import FLAG, TAG_LOG_FLAG, flag_error
 from sglang_pask.policy.operating_point import SegmentRule
-from sglang_pask.srt import request_tags, seam, serving
-from sglang_pask.srt.tag_log import ENV_TAG_LOG
+from sglang_pask.srt import seam, serving
+from sglang_pask.srt.managers import request_tags
 
 logger = logging.getLogger("sglang_pask")
 
-ENV_POLICY = serving.ENV_POLICY
-#: flag -> (dest, type, help) of the persistence flags other than the segment rule's (:mod:`.serving`)
-PERSIST_FLAGS = {
-    "--pask-method": ("pask_method", str, "KV method the server runs (default pask, which needs --pask-policy; "
-                      "streaming, random and full run without one, on the model's shape)"),
-    "--pask-budget": ("pask_budget", float, "KV budget b in (0, 1] (default: the policy's)"),
-    "--pask-schedule": ("pask_schedule", str, "when to compress: continuous or prefill (default: the policy's "
-                        "operating point)"),
-    "--pask-interval": ("pask_interval", int, "decode steps between budget checks under continuous (default: "
-                        "the policy's operating point)"),
-    "--pask-prefill-chunk": ("pask_prefill_chunk", int, "a prompt longer than a KV unit pool holds whole is "
-                             "prefilled in chunks of N tokens, compressed at each chunk end (default: a "
-                             "quarter of a unit pool; 0: off, such prompts are refused)"),
-    "--pask-scorer": ("pask_scorer", str, "the learned scorer file of a method that reads one (kvzap; the tiny "
-                      "model's: policies/pask-tiny-fc.kvzap.safetensors), checked against the served model"),
-    "--pask-kept-log": ("pask_kept_log", str, "(debug) write the kept positions of every compression to "
-                        "JSON lines in DIR"),
-}
+#: the persistence flags other than the segment rule's (:mod:`.serving`): declared in
+#: :data:`sglang_pask.environ.SERVER_FLAGS` with every other ``--pask-*`` flag
+PERSIST_FLAGS = tuple(f for f in SERVER_FLAGS if f.name not in (FLAG, TAG_LOG_FLAG, *SEGMENT_FLAGS))
 #: the segment rule's flags (--pask-segment, --pask-segment-budget, --pask-own-budget,
 #: --pask-segment-prefill): defined, read and validated by SegmentRule alone
 _SEGMENT_PREFIX, _SEGMENT_DEST = "pask-", "pask_"
@@ -63,7 +49,7 @@ _SEGMENT_PREFIX, _SEGMENT_DEST = "pask-", "pask_"
 
 def _given_flags(args: argparse.Namespace) -> list[str]:
     """Every persistence flag given on the command line."""
-    given = [flag for flag, (dest, *_r) in PERSIST_FLAGS.items() if getattr(args, dest, None) is not None]
+    given = [f.name for f in PERSIST_FLAGS if getattr(args, f.dest, None) is not None]
     names = SegmentRule.flag_names(_SEGMENT_PREFIX)
     return given + [names[f] for f in SegmentRule.overrides(args, _SEGMENT_DEST)]
 
@@ -82,27 +68,9 @@ RADIX_BACKEND = seam.RADIX_BACKEND
 
 
 def _add_flag(_result, parser: argparse.ArgumentParser, *args, **kwargs) -> None:
-    parser.add_argument(
-        FLAG,
-        dest="pask_policy",
-        type=str,
-        default=None,
-        metavar="PATH",
-        help="sglang_pask: a PASK policy file (JSON, format pask-policy/2 or /1). "
-        "Without it the plugin is inert.",
-    )
-    parser.add_argument(
-        TAG_LOG_FLAG,
-        dest="pask_tag_log",
-        type=str,
-        default=None,
-        metavar="DIR",
-        help="sglang_pask (debug): with a policy, write each request's prompt and output structure "
-        "tags to JSON lines in DIR.",
-    )
-    for flag, (dest, typ, text) in PERSIST_FLAGS.items():
-        parser.add_argument(flag, dest=dest, type=typ, default=None,
-                            metavar=flag.rsplit("-", 1)[-1].upper(), help=f"sglang_pask: {text}.")
+    for f in (server_flag(FLAG), server_flag(TAG_LOG_FLAG), *PERSIST_FLAGS):
+        parser.add_argument(f.name, dest=f.dest, type=f.type, default=None, metavar=f.metavar,
+                            help=f"sglang_pask: {f.doc}.")
     SegmentRule.add_flags(parser, prefix=_SEGMENT_PREFIX, dest_prefix=_SEGMENT_DEST, help_prefix="sglang_pask: ")
 
 
@@ -113,7 +81,7 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
     size 1, no overlap scheduling (drops read the just-written state) and the radix cache: with a
     shared segment (``--pask-segment system``, or the policy's) SGLang's setting, as the PASK
     radix cache (``--radix-cache-backend pask``: it caches only compressed shared segments,
-    :mod:`.radix_cache`); otherwise off (a sequence compressed per request must not be shared as a
+    :mod:`.mem_cache.radix_cache`); otherwise off (a sequence compressed per request must not be shared as a
     prefix)."""
     overrides = {k: getattr(args, d) for k, d in (("schedule", "pask_schedule"), ("interval", "pask_interval"))
                  if getattr(args, d, None) is not None}
@@ -148,7 +116,7 @@ def _persistence_args(args: argparse.Namespace, path: str) -> None:
             logger.info("sglang_pask: radix cache disabled (compressed prefixes are shared only with "
                         "--pask-segment system)")
         args.disable_radix_cache = True
-    os.environ[serving.ENV_SERVING] = dataclasses.replace(flags, radix=radix).to_json()
+    envs.SGLANG_PASK_SERVING.set(dataclasses.replace(flags, radix=radix).to_json())
     serving.active_config.cache_clear()
     logger.info("sglang_pask: persistence: %s", config.describe())
     logger.info("sglang_pask: operating point: %s", config.resolved.sources_line())
@@ -205,14 +173,14 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
         raise SystemExit(err)
     if path:
         path = os.path.abspath(path)
-        os.environ[ENV_POLICY] = path
+        envs.SGLANG_PASK_POLICY.set(path)
         # the tags action's signing key: made here, in the process that serves HTTP, before any
         # scheduler starts (each inherits it); a client never sees it (request_tags)
         request_tags.make_key()
         _persistence_args(args, path)
         tag_log = getattr(args, "pask_tag_log", None)
         if tag_log:
-            os.environ[ENV_TAG_LOG] = os.path.abspath(tag_log)
+            envs.SGLANG_PASK_TAG_LOG.set(os.path.abspath(tag_log))
         _enable_pask_hooks()
     else:
         if (name := getattr(args, "pask_method", None)) and (err := serving.method_error(name)):
@@ -225,12 +193,6 @@ def _capture(original, cls, args: argparse.Namespace, *rest, **kwargs):
         server_args._pask_policy = path
         logger.info("sglang_pask: policy %s", path)
     return server_args
-
-
-def active_policy_path(server_args=None) -> str | None:
-    """The policy path in force in this process, or None when PASK is off."""
-    path = getattr(server_args, "_pask_policy", None) if server_args is not None else None
-    return path or os.environ.get(ENV_POLICY) or None
 
 
 def _enable_pask_hooks() -> None:
@@ -247,7 +209,7 @@ def register() -> None:
 
     child_leaves_stop_to_launcher()
     seam.apply(seam.ALWAYS)
-    policy = os.environ.get(ENV_POLICY)
+    policy = envs.SGLANG_PASK_POLICY.get()
     if policy:
         _enable_pask_hooks()
         logger.info("sglang_pask: plugin loaded in pid %d with policy %s", os.getpid(), policy)

@@ -21,7 +21,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from sglang_pask.srt.seam import ALWAYS, PASK, declared, version_error
+from sglang_pask.srt.seam import declared, version_error
 
 
 def _module_file(parts: list[str], root: Path) -> tuple[Path | None, int]:
@@ -138,16 +138,16 @@ def static_error(dotted: str, depth: int = 0) -> str | None:
     return None
 
 
-def preflight(groups: tuple[str, ...] = (ALWAYS, PASK)) -> str | None:
+def preflight() -> str | None:
     """The first reason the plugin cannot run on the installed SGLang, checked without importing
-    it (the launcher's check, well under a second); None when all is in order."""
+    it (the launcher's check, well under a second): every declaration of both groups; None when
+    all is in order."""
     if err := version_error():
         return err
     for d in declared():
-        if d.group in groups:
-            for name in d.names():
-                if err := static_error(name):
-                    return f"SGLang target {name} does not resolve: {err}"
+        for name in d.names():
+            if err := static_error(name):
+                return f"SGLang target {name} does not resolve: {err}"
     return None
 
 

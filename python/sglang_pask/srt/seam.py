@@ -17,7 +17,7 @@ The launcher runs :mod:`.preflight` before it imports SGLang (that takes seconds
 version check and a static resolution of every declared SGLang name in the installed sources,
 so a mismatch is refused in well under 5 s with the same line.
 
-Test hooks (environment, read here only): ``SGLANG_PASK_TEST_BOGUS_TARGET=[group:]dotted.path``
+Test hooks (:mod:`sglang_pask.environ`): ``SGLANG_PASK_TEST_BOGUS_TARGET=[group:]dotted.path``
 adds an AFTER hook on that target (group default ``pask``); ``SGLANG_PASK_TEST_SGLANG_VERSION``
 stands in for the installed version.
 """
@@ -28,18 +28,16 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import pkgutil
 import re
 from dataclasses import dataclass
+
+from sglang_pask.environ import envs
 
 logger = logging.getLogger("sglang_pask")
 
 #: the SGLang release this plugin is written and tested against
 SGLANG_VERSION = "0.5.23"
-ENV_ALLOW_VERSION = "SGLANG_PASK_ALLOW_SGLANG_VERSION"
-ENV_TEST_VERSION = "SGLANG_PASK_TEST_SGLANG_VERSION"
-ENV_TEST_TARGET = "SGLANG_PASK_TEST_BOGUS_TARGET"
 ALWAYS, PASK = "always", "pask"
 #: the radix cache backend name (``--radix-cache-backend pask``)
 RADIX_BACKEND = "pask"
@@ -141,6 +139,8 @@ _XGRAMMAR = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar"
 _CFG = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _COMMON = "sglang.srt.mem_cache.common"
 _SRT = "sglang_pask.srt"
+#: our subsystems, as SGLang's: the HTTP process, the scheduler, KV memory, attention
+_ENTRY, _MGR, _MEM, _ATTN = (f"{_SRT}.{sub}" for sub in ("entrypoints", "managers", "mem_cache", "attention"))
 
 DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddleware, ...] = (
     # -- always: the CLI flags (plugin) --
@@ -150,11 +150,11 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
           "the policy path, pickled with the server args into child processes", group=ALWAYS),
     # -- always: a requested stop is not a crash (process; a no-op outside our launcher) --
     Hook("sglang.srt.utils.common.kill_process_tree", "before", "sglang_pask.process:before_final_kill", ALWAYS),
-    # -- tags (tag_hooks, request_tags) --
-    Hook(f"{_CHAT}._convert_to_internal_request", "after", f"{_SRT}.tag_hooks:after_convert"),
-    Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_SRT}.tag_hooks:around_accept"),
-    Hook(f"{_XGRAMMAR}.rollback", "around", f"{_SRT}.tag_hooks:around_rollback"),
-    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.tag_hooks:around_release"),
+    # -- tags (entrypoints.prompt_tags, managers.output_tags, managers.request_tags) --
+    Hook(f"{_CHAT}._convert_to_internal_request", "after", f"{_ENTRY}.prompt_tags:after_convert"),
+    Hook(f"{_XGRAMMAR}.accept_token", "around", f"{_MGR}.output_tags:around_accept"),
+    Hook(f"{_XGRAMMAR}.rollback", "around", f"{_MGR}.output_tags:around_rollback"),
+    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_MGR}.output_tags:around_release"),
     Stamp("_pask_prompt_tagger", _CHAT, "the prompt tagger, built once per HTTP process"),
     Stamp("_pask_tracker", _XGRAMMAR, "the request's output structure tracker"),
     Stamp("_pask_vocab", _XGRAMMAR, "xgrammar's decoded vocabulary, for the tracker"),
@@ -165,57 +165,62 @@ DECLARED: tuple[Hook | Registration | Subclass | Stamp | AppHandler | AppMiddlew
           "the shared segment's radix namespace", ours=False),
     # -- the HTTP edge (edge): bad ids, client-written sglang_pask.* hints, non-object bodies --
     Hook("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request", "after",
-         f"{_SRT}.edge:after_validate_one_request"),
-    AppMiddleware("sglang.srt.entrypoints.http_server.app", f"{_SRT}.edge:JsonObjectBody"),
-    # -- one-line request errors (error_hooks) --
-    Hook(f"{_CHAT}._validate_request", "after", f"{_SRT}.error_hooks:after_validate"),
+         f"{_ENTRY}.edge:after_validate_one_request"),
+    AppMiddleware("sglang.srt.entrypoints.http_server.app", f"{_ENTRY}.edge:JsonObjectBody"),
+    # -- one-line request errors (entrypoints.error_hooks, managers.prompt_limits) --
+    Hook(f"{_CHAT}._validate_request", "after", f"{_ENTRY}.error_hooks:after_validate"),
     AppHandler("sglang.srt.entrypoints.http_server.app", "fastapi.exceptions.RequestValidationError",
-               f"{_SRT}.error_hooks:around_validation_handler"),
-    Hook(f"{_CFG}.configure", "after", f"{_SRT}.error_hooks:after_configure"),
-    Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_SRT}.error_hooks:after_validate_length"),
+               f"{_ENTRY}.error_hooks:around_validation_handler"),
+    Hook(f"{_CFG}.configure", "after", f"{_MGR}.prompt_limits:after_configure"),
+    Hook("sglang.srt.managers.utils.validate_input_length", "after", f"{_MGR}.prompt_limits:after_validate_length"),
+    # -- the scheduler owns its PaskState (state) --
+    Hook("sglang.srt.managers.scheduler.Scheduler.init_model_worker", "before",
+         f"{_SRT}.state:before_init_model_worker"),
+    Stamp("_pask_state", "sglang.srt.managers.scheduler.Scheduler",
+          "this scheduler's PASK state: every counter, log and cache (/server_info reads it)"),
     # -- per-unit KV pools and compression (persist_hooks, segments) --
-    Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_SRT}.persist_hooks:around_build_pool"),
-    Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_SRT}.persist_hooks:around_build_allocator"),
-    Hook(f"{_CFG}.configure", "around", f"{_SRT}.persist_hooks:around_configure"),
+    Hook(f"{_CFG}._build_mha_kv_pool", "around", f"{_MGR}.persist_hooks:around_build_pool"),
+    Hook(f"{_CFG}._build_token_to_kv_pool_allocator", "around", f"{_MGR}.persist_hooks:around_build_allocator"),
+    Hook(f"{_CFG}.configure", "around", f"{_MGR}.persist_hooks:around_configure"),
     Hook("sglang.srt.layers.attention.attention_registry.attn_backend_wrapper", "around",
-         f"{_SRT}.persist_hooks:around_attn_wrapper"),
+         f"{_MGR}.persist_hooks:around_attn_wrapper"),
     Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.maybe_evict_swa", "around",
-         f"{_SRT}.persist_hooks:around_evict"),
+         f"{_MGR}.persist_hooks:around_evict"),
     Hook("sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."
-         "_add_memory_usage", "after", f"{_SRT}.persist_hooks:after_memory_usage"),
-    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_SRT}.persist_hooks:around_release"),
+         "_add_memory_usage", "after", f"{_MGR}.persist_hooks:after_memory_usage"),
+    Hook(f"{_COMMON}.release_kv_cache", "around", f"{_MGR}.persist_hooks:around_release"),
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder._select_prefill_admission", "around",
-         f"{_SRT}.prefill_hooks:around_select_admission"),
-    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_SRT}.prefill_hooks:around_checkpoint"),
+         f"{_MGR}.prefill_hooks:around_select_admission"),
+    Hook(f"{_COMMON}.checkpoint_kv_cache", "around", f"{_MGR}.prefill_hooks:around_checkpoint"),
     # -- the learned scorer (learned_scores): capture the attention input in the forwards that run --
     Hook("sglang.srt.model_executor.model_runner.ModelRunner.init_attention_backends", "after",
-         f"{_SRT}.learned_scores:after_init_backends"),
+         f"{_ATTN}.learned_scores:after_init_backends"),
     Hook("sglang.srt.model_executor.model_runner.ModelRunner.forward", "around",
-         f"{_SRT}.learned_scores:around_forward"),
+         f"{_ATTN}.learned_scores:around_forward"),
     # -- the chunked prefill rule (chunked; admission and checkpoint through prefill_hooks) --
     Hook("sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info", "around",
-         f"{_SRT}.chunked:around_worker_info"),
+         f"{_MGR}.chunked:around_worker_info"),
     Hook("sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens", "around",
-         f"{_SRT}.chunked:around_init_max_new_tokens"),
+         f"{_MGR}.chunked:around_init_max_new_tokens"),
     Hook("sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req", "around",
-         f"{_SRT}.chunked:around_add_chunked_req"),
+         f"{_MGR}.chunked:around_add_chunked_req"),
     Stamp("chunked_req_limit", "sglang.srt.managers.schedule_policy.PrefillAdder",
           "capped at the next chunk end during add_chunked_req", ours=False),
-    Subclass("sglang.srt.mem_cache.memory_pool.KVCache", f"{_SRT}.pools:PaskKVPool", "per-unit KV pool"),
-    Subclass("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", f"{_SRT}.pools:PaskAllocator",
+    Subclass("sglang.srt.mem_cache.memory_pool.KVCache", f"{_MEM}.pools:PaskKVPool", "per-unit KV pool"),
+    Subclass("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", f"{_MEM}.pools:PaskAllocator",
              "full ids + per-unit slots"),
     Subclass("sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend",
-             f"{_SRT}.attention:PaskTorchNativeAttnBackend", "attention over per-unit pools (CPU)"),
+             f"{_ATTN}.torch_native_backend:PaskTorchNativeAttnBackend", "attention over per-unit pools (CPU)"),
     Subclass("sglang.srt.layers.attention.base_attn_backend.AttentionBackend",
-             f"{_SRT}.flashinfer_backend:PaskFlashInferAttnBackend", "attention over per-unit pools (GPU)"),
+             f"{_ATTN}.flashinfer_backend:PaskFlashInferAttnBackend", "attention over per-unit pools (GPU)"),
     # -- the radix cache of shared segments (radix_cache, radix_tags) --
     Registration(RADIX_BACKEND, "sglang.srt.mem_cache.registry.register_radix_cache_backend",
                  "sglang.srt.mem_cache.registry.get_radix_cache_factory",
-                 f"{_SRT}.radix_cache:pask_radix_cache_factory"),
-    Subclass("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", f"{_SRT}.radix_cache:PaskRadixCache",
+                 f"{_MEM}.radix_cache:pask_radix_cache_factory"),
+    Subclass("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", f"{_MEM}.radix_cache:PaskRadixCache",
              "sizes in schedulable tokens, compresses the segment it inserts"),
     Subclass("sglang.srt.mem_cache.unified_cache.components.full.FullComponent",
-             f"{_SRT}.radix_tags:PaskFullComponent", "FULL with structure classes (component override)"),
+             f"{_MEM}.radix_tags:PaskFullComponent", "FULL with structure classes (component override)"),
     Stamp("pask_segment", "sglang.srt.mem_cache.base_prefix_cache.InsertParams", "the segment cap and stamp"),
     Stamp("pask_classes", "sglang.srt.mem_cache.base_prefix_cache.InsertParams", "classes of inserted tokens"),
     Stamp("metadata", "sglang.srt.mem_cache.unified_cache.components.base.ComponentData",
@@ -230,7 +235,7 @@ def _noop_after(result, *args, **kwargs):  # the hook of a test-injected target
 def declared(group: str | None = None) -> tuple:
     """The declarations of ``group`` (all with None), plus the test-injected target if any."""
     out = list(DECLARED)
-    if bogus := os.environ.get(ENV_TEST_TARGET):
+    if bogus := envs.SGLANG_PASK_TEST_BOGUS_TARGET.get():
         g, _, target = bogus.rpartition(":")
         out.append(Hook(target, "after", f"{__name__}:_noop_after", g or PASK))
     return tuple(d for d in out if group is None or d.group == group)
@@ -240,7 +245,7 @@ def declared(group: str | None = None) -> tuple:
 
 def installed_version() -> str:
     try:
-        return os.environ.get(ENV_TEST_VERSION) or importlib.metadata.version("sglang")
+        return envs.SGLANG_PASK_TEST_SGLANG_VERSION.get() or importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
 
@@ -249,12 +254,13 @@ def version_error() -> str | None:
     have = installed_version()
     if have == SGLANG_VERSION:
         return None
-    if os.environ.get(ENV_ALLOW_VERSION) == "1":
+    allow = envs.SGLANG_PASK_ALLOW_SGLANG_VERSION
+    if allow.get():
         logger.warning("sglang_pask: SGLang %s is installed, the plugin is written for %s (%s=1)",
-                       have, SGLANG_VERSION, ENV_ALLOW_VERSION)
+                       have, SGLANG_VERSION, allow.name)
         return None
     return (f"SGLang {have} is installed, the plugin is written for SGLang {SGLANG_VERSION} "
-            f"(set {ENV_ALLOW_VERSION}=1 to start anyway)")
+            f"(set {allow.name}=1 to start anyway)")
 
 
 # --- run time ------------------------------------------------------------------------------

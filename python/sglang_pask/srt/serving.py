@@ -7,10 +7,10 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
 
 * ``--pask-method M`` (default ``pask``): a method from the registry that needs no attention
   statistics (``pask``, ``streaming``, ``random``, ``full``) or only those the torch backend records
-  (:mod:`.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
+  (:mod:`.attention.window_stats`: SnapKV and PyramidKV, per layer or per KV head, AdaKV and PASK with
   a residual scorer read the observation window, H2O the accumulated attention; a per-head
-  selection is applied by :mod:`.head_masks`) or KVzip's reconstruction scores (:mod:`.reconstruct`:
-  KVzip, and PASK whose residual reads them) or the learned scorer's predictions (:mod:`.learned_scores`:
+  selection is applied by :mod:`.attention.head_masks`) or KVzip's reconstruction scores (:mod:`.attention.reconstruct`:
+  KVzip, and PASK whose residual reads them) or the learned scorer's predictions (:mod:`.attention.learned_scores`:
   KVzap, its file given by ``--pask-scorer PATH`` and checked against the served model; the flag is
   refused for a method that reads no scorer); Expected Attention needs statistics the server does
   not record (expected queries) and is refused by name.
@@ -22,30 +22,26 @@ value, :class:`ServingFlags` in ``$SGLANG_PASK_SERVING``, beside ``$SGLANG_PASK_
   ``none``); a flag that changes one is an override, printed at start-up and shown with every
   field's source in ``/server_info`` (``internal_states[0]["pask"]["operating_point"]``). With
   ``segment system`` and the radix cache on (SGLang's default), the tree caches and shares exactly
-  each request's segment, compressed (:mod:`.radix_cache`); with ``--disable-radix-cache`` nothing
-  is shared, the rule is the same (:mod:`sglang_pask.methods.segment`, :mod:`.segments`).
+  each request's segment, compressed (:mod:`.mem_cache.radix_cache`); with ``--disable-radix-cache`` nothing
+  is shared, the rule is the same (:mod:`sglang_pask.methods.segment`, :mod:`.managers.segments`).
 
 Units (invariant: a partition of the model's layers into consecutive runs): a method that decides
 per layer group (``per_group``, i.e. ``pask``) gets one unit per policy group; a method that may
 keep a different set in every layer gets one unit per layer. Each unit has one sub-pool and one
-full->unit slot mapping (:mod:`.pools`).
+full->unit slot mapping (:mod:`.mem_cache.pools`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Optional
 
+from sglang_pask.environ import envs
 from sglang_pask.methods import METHODS, KVMethod, make_method
 from sglang_pask.methods.learned import LearnedScorer, ScorerError, bind_scorer
 from sglang_pask.policy.operating_point import SEGMENT_FIELDS, Resolved, SegmentRule, flag_names, resolve
-
-ENV_POLICY = "SGLANG_PASK_POLICY"
-#: the launcher's persistence flags, one JSON value (:class:`ServingFlags`)
-ENV_SERVING = "SGLANG_PASK_SERVING"
 
 DEFAULT_METHOD = "pask"
 #: operating-point field -> the server flag that sets it (messages, override lines)
@@ -64,8 +60,8 @@ def _needs_attention(name: str) -> Optional[str]:
 
 def server_methods() -> list[str]:
     """Registry names the server can run: those needing no attention statistics, or only what
-    the torch attention backend computes (:data:`.window_stats.SERVED_KINDS`)."""
-    from sglang_pask.srt.window_stats import SERVED_KINDS
+    the torch attention backend computes (:data:`.attention.window_stats.SERVED_KINDS`)."""
+    from sglang_pask.srt.attention.window_stats import SERVED_KINDS
 
     return [name for name in METHODS if _needs_attention(name) in (None, *SERVED_KINDS)]
 
@@ -96,7 +92,7 @@ class ServingFlags:
     #: SGLang's radix cache is on (it then caches exactly the compressed segments)
     radix: bool = False
     kept_log: Optional[str] = None
-    #: ``--pask-prefill-chunk`` (None: automatic; 0: off; :mod:`.chunked`)
+    #: ``--pask-prefill-chunk`` (None: automatic; 0: off; :mod:`.managers.chunked`)
     prefill_chunk: Optional[int] = None
     #: ``--pask-scorer``: the learned scorer file of a method that reads one (``kvzap``)
     scorer: Optional[str] = None
@@ -121,13 +117,13 @@ class ServingConfig:
     #: the effective operating point and where each field came from (the policy, a flag, the default)
     resolved: Resolved
     kept_log: Optional[str] = None
-    #: the radix cache is on (it then caches exactly the segments: :mod:`.radix_cache`)
+    #: the radix cache is on (it then caches exactly the segments: :mod:`.mem_cache.radix_cache`)
     radix: bool = False
     policy_sha256: str = ""
     #: tokens per chunk of the chunked prefill rule (None: automatic, a quarter of a unit pool, where
-    #: the method and the segment rule allow; 0: off; :mod:`.chunked`)
+    #: the method and the segment rule allow; 0: off; :mod:`.managers.chunked`)
     prefill_chunk: Optional[int] = None
-    #: the learned scorer the method reads (``learned_heads``: :mod:`.learned_scores`), bound to the
+    #: the learned scorer the method reads (``learned_heads``: :mod:`.attention.learned_scores`), bound to the
     #: served model; None for every other method
     scorer: Optional[LearnedScorer] = None
 
@@ -196,7 +192,7 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
             kv = make_method(name, budget, policy=policy, scorer=flags.scorer, **options)
         else:
             kv = make_method(name, budget, policy=policy, **options)
-        from sglang_pask.srt.window_stats import SERVED_KINDS  # torch: only here, as server_methods
+        from sglang_pask.srt.attention.window_stats import SERVED_KINDS  # torch: only here, as server_methods
 
         if kv.needs_attention not in (None, *SERVED_KINDS):
             raise ValueError(f"--pask-policy {policy_path}: its residual scorer blends the statistic "
@@ -250,8 +246,8 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
 @lru_cache(maxsize=1)
 def active_config() -> Optional[ServingConfig]:
     """This process's configuration from the environment the launcher set (None: PASK off)."""
-    path = os.environ.get(ENV_POLICY)
+    path = envs.SGLANG_PASK_POLICY.get()
     if not path:
         return None
-    text = os.environ.get(ENV_SERVING)
+    text = envs.SGLANG_PASK_SERVING.get()
     return build_config(path, ServingFlags.from_json(text) if text else None)

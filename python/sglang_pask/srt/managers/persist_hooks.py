@@ -1,10 +1,10 @@
 """The hooks that make the server persist KV per unit (active only with a policy; targets declared
-in :mod:`.seam`).
+in :mod:`..seam`).
 
-* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): a :class:`~.pools.PaskKVPool` instead of
+* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): a :class:`~..mem_cache.pools.PaskKVPool` instead of
   the MHA pool -- ``--max-total-tokens N`` full ids and, per unit, ``ceil(b * N)`` slots.
 * ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): its
-  :class:`~.pools.PaskAllocator`.
+  :class:`~..mem_cache.pools.PaskAllocator`.
 * ``KVCacheConfigurator.configure`` (AROUND): the scheduler's ``max_total_num_tokens`` becomes
   the allocator's capacity (what ``available_size()`` reports at idle, so SGLang's own idle
   leak check holds), and the pool sizes are logged at start-up.
@@ -15,8 +15,9 @@ in :mod:`.seam`).
   (:func:`.persist.compress_batch`) for decode batches.
 * ``mem_cache.common.release_kv_cache`` (AROUND): before a request's KV is freed, what it holds
   per unit is recorded (:func:`.persist.record_release`).
-* ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``state["pask"]`` -- pool
-  counters, tag and compression counters (``GET /server_info`` -> ``internal_states[0]``).
+* ``SchedulerInternalStateController._add_memory_usage`` (AFTER): ``info["pask"]`` -- the
+  scheduler's :class:`~..state.PaskState` recorded: pool, tag and compression counters
+  (``GET /server_info`` -> ``internal_states[0]``).
 * ``PrefillAdder._select_prefill_admission`` and ``mem_cache.common.checkpoint_kv_cache``
   (AROUND): shared segments and chunked prefill (:mod:`.prefill_hooks`).
 """
@@ -27,7 +28,9 @@ import logging
 
 import msgspec
 
+from sglang_pask.environ import envs
 from sglang_pask.srt.serving import active_config
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
@@ -38,7 +41,7 @@ def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_
     if config is None or getattr(configurator, "is_draft_worker", False):
         return original(configurator, max_total_num_tokens=max_total_num_tokens,
                         mha_pool_class=mha_pool_class, quant_method=quant_method)
-    from sglang_pask.srt.pools import PaskKVPool, unit_size_for
+    from sglang_pask.srt.mem_cache.pools import PaskKVPool, unit_size_for
 
     if getattr(configurator, "is_hybrid_swa", False):
         raise RuntimeError("sglang_pask: sliding-window (hybrid SWA) models are not supported")
@@ -59,7 +62,7 @@ def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_
 
 
 def around_build_allocator(original, configurator, *, sizes, token_to_kv_pool, **kwargs):
-    from sglang_pask.srt.pools import PaskAllocator, PaskKVPool
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator, PaskKVPool
 
     if not isinstance(token_to_kv_pool, PaskKVPool):
         return original(configurator, sizes=sizes, token_to_kv_pool=token_to_kv_pool, **kwargs)
@@ -68,7 +71,7 @@ def around_build_allocator(original, configurator, *, sizes, token_to_kv_pool, *
 
 
 def around_configure(original, configurator, *args, **kwargs):
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     result = original(configurator, *args, **kwargs)
     alloc = result.token_to_kv_pool_allocator
@@ -92,7 +95,7 @@ def around_configure(original, configurator, *args, **kwargs):
 
 
 def around_attn_wrapper(original, runner, full_attn_backend):
-    from sglang_pask.srt.pools import PaskKVPool
+    from sglang_pask.srt.mem_cache.pools import PaskKVPool
 
     backend = original(runner, full_attn_backend)
     if not isinstance(getattr(runner, "token_to_kv_pool", None), PaskKVPool):
@@ -100,11 +103,11 @@ def around_attn_wrapper(original, runner, full_attn_backend):
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
     if type(backend) is TorchNativeAttnBackend:
-        from sglang_pask.srt.attention import PaskTorchNativeAttnBackend
+        from sglang_pask.srt.attention.torch_native_backend import PaskTorchNativeAttnBackend
 
         return PaskTorchNativeAttnBackend(runner)
     if type(backend).__name__ == "FlashInferAttnBackend":
-        from sglang_pask.srt.flashinfer_backend import PaskFlashInferAttnBackend
+        from sglang_pask.srt.attention.flashinfer_backend import PaskFlashInferAttnBackend
 
         config = active_config()
         if config is not None and config.method.needs_attention == "kvzip_heads":
@@ -121,27 +124,29 @@ def around_attn_wrapper(original, runner, full_attn_backend):
 
 def around_evict(original, batch):
     result = original(batch)
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     alloc = batch.token_to_kv_pool_allocator
     if isinstance(alloc, PaskAllocator) and batch.forward_mode is not None and batch.forward_mode.is_decode():
-        from sglang_pask.srt.persist import compress_batch
+        from sglang_pask.srt.managers.persist import compress_batch
 
         compress_batch(batch, alloc, active_config())
     return result
 
 
 def around_release(original, req, *args, **kwargs):
-    """Record what a request holds just before its KV is released (:data:`.persist.RELEASED`)."""
+    """Record what a request holds just before its KV is released
+    (:attr:`~..state.PaskState.released`); its row's statistics, head masks and view go."""
     try:
-        from sglang_pask.srt.persist import record_release
-        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.managers.persist import record_release
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
         tree = kwargs.get("tree_cache", args[0] if args else None)
         alloc = getattr(tree, "token_to_kv_pool_allocator", None)
         if isinstance(alloc, PaskAllocator):
             record_release(req, tree.req_to_token_pool.req_to_token, alloc)
-            from sglang_pask.srt import head_masks, segment_views, window_stats
+            from sglang_pask.srt.attention import head_masks, window_stats
+            from sglang_pask.srt.mem_cache import segment_views
 
             window_stats.forget(req.kv.req_pool_idx)
             head_masks.forget(req.kv.req_pool_idx)
@@ -151,38 +156,18 @@ def around_release(original, req, *args, **kwargs):
     return original(req, *args, **kwargs)
 
 
-def pask_state(scheduler) -> dict:
-    from sglang_pask import ops
-    from sglang_pask.srt import chunked, persist, reconstruct, request_tags, segment_views, segments
-    from sglang_pask.srt.pools import PaskAllocator
-
-    alloc = scheduler.token_to_kv_pool_allocator
-    config = active_config()
-    out = {"method": config.method.record() if config else None,
-           "segment": config.rule.segment if config else None, "radix_cache": bool(config and config.radix),
-           "segment_budget": config.rule.segment_budget if config else None,
-           "own_budget": config.rule.own_budget if config else None,
-           "segment_prefill": config.rule.segment_prefill if config and config.rule.active else None,
-           "operating_point": config.resolved.record() if config else None,
-           "tags": dict(request_tags.COUNTERS), "compression": dict(persist.COUNTERS),
-           "compression_time": {**persist.TIMES, "batched": persist.BATCHED},
-           "reconstruction": dict(reconstruct.COUNTERS),
-           "learned_scorer": learned.stats() if (learned := getattr(getattr(alloc, "pool", None),
-                                                                   "learned_scores", None)) else None,
-           "kernels": ops.implementation(),
-           "segments": {**segments.COUNTERS, **segment_views.COUNTERS}, "released": list(persist.RELEASED),
-           "demoted_rids": list(segment_views.DEMOTED_RIDS),
-           "chunked_prefill": {"rule": chunked.rule().record() if chunked.rule() else None, **chunked.COUNTERS}}
-    if isinstance(alloc, PaskAllocator):
-        out["pools"] = alloc.stats()
-        tree = getattr(scheduler, "tree_cache", None)
-        if hasattr(tree, "stats"):
-            out["tree"] = tree.stats()
-    return out
-
-
-def after_memory_usage(_result, controller, state) -> None:
+def after_memory_usage(_result, controller, info) -> None:
+    """``info["pask"]``: the scheduler's :class:`~..state.PaskState`, recorded."""
     try:
-        state["pask"] = pask_state(controller.scheduler)
+        from sglang_pask import ops
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
+
+        scheduler = controller.scheduler
+        alloc = scheduler.token_to_kv_pool_allocator
+        pask = isinstance(alloc, PaskAllocator)
+        owned = getattr(scheduler, "_pask_state", None) or state()
+        info["pask"] = owned.record(active_config(), alloc if pask else None,
+                                    getattr(scheduler, "tree_cache", None) if pask else None,
+                                    kernels=ops.implementation(), batched=envs.SGLANG_PASK_BATCHED_COMPRESSION.get())
     except Exception as e:  # never break /server_info
-        state["pask"] = {"error": repr(e)}
+        info["pask"] = {"error": repr(e)}

@@ -8,7 +8,7 @@ What the tree holds (invariants):
   (:meth:`~.radix_tags.PaskFullComponent.prepare_for_caching_req`); a request without a segment
   inserts nothing. Its own tokens stay its own (compressed per request, freed with it);
 * in a namespace per segment: every request's ``extra_key`` carries a digest of its segment's
-  token ids and the server's :attr:`~.serving.ServingConfig.stamp` (:mod:`.tag_hooks`), so two
+  token ids and the server's :attr:`~..serving.ServingConfig.stamp` (:mod:`..entrypoints.prompt_tags`), so two
   requests share tree nodes only when their whole segments are equal. Inside a namespace the
   tree holds one path of ``S`` tokens; no node boundary falls inside it (all requests agree on
   all ``S`` tokens), except transiently while a segment longer than one prefill chunk is
@@ -20,7 +20,7 @@ What the tree holds (invariants):
 * otherwise compressed once: the node that completes a segment is stamped (``metadata["pask_segment"] =
   stamp``) and the request that inserted it drops, right after the insert and before any other
   request can match it, what :func:`sglang_pask.methods.segment.segment_kept` does not keep
-  (:mod:`.segments`); a match is valid only at a node with the server's stamp, so no request
+  (:mod:`..managers.segments`); a match is valid only at a node with the server's stamp, so no request
   ever reads a segment that is incomplete or compressed under another policy or budget;
 * accounting in the scheduler's currency: evicting a compressed node frees ``S`` full ids but
   only the slots it still holds in each unit, so :meth:`PaskRadixCache.evictable_size` reports
@@ -42,10 +42,10 @@ import numpy as np
 import torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from sglang_pask.srt.state import state
+
 logger = logging.getLogger("sglang_pask")
 
-#: whole blocks demoted to their compressed form (:meth:`PaskRadixCache.demote`) and the unit slots it freed
-COUNTERS = {"demoted": 0, "demoted_slots": 0}
 
 
 def _nodes(root):
@@ -59,7 +59,7 @@ def _nodes(root):
 class PaskRadixCache(UnifiedRadixCache):
     """SGLang's unified radix cache whose sizes are counted in schedulable tokens (module)."""
 
-    #: its :meth:`checkpoint` compresses the segment it inserts (read by :mod:`.segments`)
+    #: its :meth:`checkpoint` compresses the segment it inserts (read by :mod:`..managers.segments`)
     compresses_segments = True
     #: :meth:`_node_slots`' memo: ``id(cd) -> (cd.value, slots per unit)``, for one allocator generation
     #: (made on the first call: no generation is None)
@@ -86,7 +86,7 @@ class PaskRadixCache(UnifiedRadixCache):
     def stats(self) -> dict:
         """JSON-ready: full ids (tokens) and unit slots the tree holds, evictable or not, and what
         the scheduler is told (``/server_info`` -> ``internal_states[0]["pask"]["tree"]``)."""
-        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
         ids = self._ids(evictable_only=False)
         alloc = self.token_to_kv_pool_allocator
@@ -98,7 +98,7 @@ class PaskRadixCache(UnifiedRadixCache):
                 "protected_tokens": int(self.tree_core.protected_size()),
                 "evictable_schedulable": int(self.evictable_size()),
                 "nodes": sum(1 for _ in _nodes(self.tree_core.root_node)) - 1,
-                "tiers": self.tiers(), **COUNTERS}
+                "tiers": self.tiers(), **state().demotion}
 
     def _node_slots(self, cd, alloc) -> tuple[int, ...]:
         """Unit slots ``cd``'s full ids hold, per unit. Memoized per node until the allocator's
@@ -117,7 +117,7 @@ class PaskRadixCache(UnifiedRadixCache):
     def _schedulable_evictable(self, fresh: bool = False) -> int:
         """What the scheduler could place after evicting every evictable node, less what it can
         place now (module). ``fresh``: recount every slot (the memo's oracle, for tests)."""
-        from sglang_pask.srt.pools import PaskAllocator
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
         alloc = self.token_to_kv_pool_allocator
         tokens = self.tree_core.evictable_size()
@@ -142,8 +142,8 @@ class PaskRadixCache(UnifiedRadixCache):
         """SGLang's insert (capped at the segment end), then the segment's compression, before
         any other request can match the new node (both run on the scheduler thread)."""
         super().checkpoint(req, up_to=up_to, **kwargs)
-        from sglang_pask.srt.pools import PaskAllocator
-        from sglang_pask.srt.segments import ensure_segment
+        from sglang_pask.srt.managers.segments import ensure_segment
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
         from sglang_pask.srt.serving import active_config
 
         config = active_config()
@@ -151,9 +151,9 @@ class PaskRadixCache(UnifiedRadixCache):
         if config is None or not config.rule.active or not isinstance(alloc, PaskAllocator):
             return
         if config.rule.segment_prefill == "full":  # the tree keeps the block whole; the request reads its view
-            from sglang_pask.srt import segment_views
-            from sglang_pask.srt.request_tags import tags_of
-            from sglang_pask.srt.segments import segment_kept_units, segment_ready
+            from sglang_pask.srt.managers.request_tags import tags_of
+            from sglang_pask.srt.managers.segments import segment_kept_units, segment_ready
+            from sglang_pask.srt.mem_cache import segment_views
 
             try:
                 if segment_ready(req, config, int(getattr(req, "extend_end", 0) or 0)) and not req.finished():
@@ -200,8 +200,8 @@ class PaskRadixCache(UnifiedRadixCache):
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
         from sglang_pask.methods.segment import segment_kept
-        from sglang_pask.srt.pools import PaskAllocator
-        from sglang_pask.srt.radix_tags import SEGMENT_KEY, node_stamp, path_classes
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
+        from sglang_pask.srt.mem_cache.radix_tags import SEGMENT_KEY, node_stamp, path_classes
         from sglang_pask.srt.serving import active_config
 
         config = active_config()
@@ -230,8 +230,8 @@ class PaskRadixCache(UnifiedRadixCache):
                 if drop.size:
                     freed += alloc.drop(u, ids[torch.from_numpy(drop)])
             data(node).metadata[SEGMENT_KEY] = config.stamp
-            COUNTERS["demoted"] += 1
-        COUNTERS["demoted_slots"] += freed
+            state().demotion["demoted"] += 1
+        state().demotion["demoted_slots"] += freed
         return freed
 
     def tiers(self) -> dict:
@@ -239,8 +239,8 @@ class PaskRadixCache(UnifiedRadixCache):
         cut at insert in the compressed mode)."""
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-        from sglang_pask.srt.pools import PaskAllocator
-        from sglang_pask.srt.radix_tags import SEGMENT_KEY
+        from sglang_pask.srt.mem_cache.pools import PaskAllocator
+        from sglang_pask.srt.mem_cache.radix_tags import SEGMENT_KEY
 
         alloc = self.token_to_kv_pool_allocator
         out = {"whole": {"blocks": 0, "kv_bytes": 0}, "compressed": {"blocks": 0, "kv_bytes": 0}}
@@ -264,7 +264,7 @@ def pask_radix_cache_factory(ctx):
     from sglang.srt.mem_cache.registry import create_unified_radix_cache
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-    from sglang_pask.srt.radix_tags import PaskFullComponent
+    from sglang_pask.srt.mem_cache.radix_tags import PaskFullComponent
 
     if ctx.is_hybrid_swa or ctx.is_hybrid_ssm or ctx.enable_hierarchical_cache:
         raise RuntimeError("sglang_pask: the PASK radix cache supports full-attention models without HiCache")

@@ -17,11 +17,11 @@ import glob
 import json
 import os
 
-ENV_TAG_LOG = "SGLANG_PASK_TAG_LOG"
+from sglang_pask.environ import envs
 
 
 def tag_log_dir() -> str | None:
-    return os.environ.get(ENV_TAG_LOG) or None
+    return envs.SGLANG_PASK_TAG_LOG.get()
 
 
 def write(kind: str, record: dict) -> None:

@@ -8,34 +8,35 @@ computes -- and from then on reads, per unit, only the segment positions the rul
 (:func:`sglang_pask.methods.segment.segment_kept`, deterministic per segment) plus its own
 tokens: its **view**. Nothing is freed for it; the shared slots stay whole for the next hit.
 
-:data:`VIEWS` maps a request-pool row to ``(rid, S, masks)``: ``masks[u]`` bool ``[S]``, True
-where unit ``u`` keeps the position. Set once the request's prompt is written and published
-(:func:`set_view`, from :meth:`.radix_cache.PaskRadixCache.checkpoint`), cleared when its KV is
-released. Readers: the attention backends (:func:`hide_`: a hidden position's slot reads as 0,
-not held), and the compression's kept log (:func:`visible`).
+:func:`views` (the scheduler's :attr:`~..state.PaskState.views`) maps a request-pool row to
+``(rid, S, masks)``: ``masks[u]`` bool ``[S]``, True where unit ``u`` keeps the position. Set once
+the request's prompt is written and published (:func:`set_view`, from
+:meth:`.radix_cache.PaskRadixCache.checkpoint`), cleared when its KV is released. Readers: the
+attention backends (:func:`hide_`: a hidden position's slot reads as 0, not held), and the
+compression's kept log (:func:`visible`).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Optional
 
 import numpy as np
 import torch
 
-#: request-pool row -> (rid, segment end S, per unit bool [S] masks)
-VIEWS: dict[int, tuple[str, int, list[torch.Tensor]]] = {}
-#: views set, and of them those on a block already demoted (its own tokens prefilled against it compressed)
-COUNTERS = {"views": 0, "views_on_demoted": 0}
-#: the newest requests whose view was on a demoted block (``/server_info``: ``demoted_rids``)
-DEMOTED_RIDS: "deque[str]" = deque(maxlen=4096)
+from sglang_pask.srt.state import state
+
+
+def views() -> dict[int, tuple[str, int, list[torch.Tensor]]]:
+    """request-pool row -> (rid, segment end S, per unit bool [S] masks): this scheduler's
+    (:attr:`~..state.PaskState.views`)."""
+    return state().views
 
 
 def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[int] = None,
                unit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(slots, positions)`` of the tokens a unit holds among ``full_ids`` (logical order).
     ``mapping_u``: int64 ``[full_size + 2]``; ``full_ids``: ``[seq_len]``. With ``row`` (the
-    request-pool row) the segment positions its view hides (:data:`VIEWS`) are not held."""
+    request-pool row) the segment positions its view hides (:func:`views`) are not held."""
     slots = mapping_u[full_ids.long()]
     if row is not None:
         slots = hide_(slots, row, unit)
@@ -45,42 +46,44 @@ def held_slots(mapping_u: torch.Tensor, full_ids: torch.Tensor, row: Optional[in
 
 def set_view(req, kept_units, demoted: bool = False, device="cpu") -> bool:
     """Give ``req`` (its prompt written, not finished) the view of its segment: ``kept_units``
-    per unit, the sorted segment positions kept (:func:`.segments.segment_kept_units`);
+    per unit, the sorted segment positions kept (:func:`..managers.segments.segment_kept_units`);
     ``demoted``: the block it read was already demoted (counted); ``device``: the pools' (the
     masks live there, so the attention backends read them without a copy). True if set."""
-    from sglang_pask.srt.request_tags import tags_of
+    from sglang_pask.srt.managers.request_tags import tags_of
 
     row = req.kv.req_pool_idx
     s = int(tags_of(req).segment_end)
-    if row is None or s <= 0 or req.finished() or int(row) in VIEWS:
+    st = state()
+    if row is None or s <= 0 or req.finished() or int(row) in st.views:
         return False
     masks = []
     for kept in kept_units:
         m = torch.zeros(s, dtype=torch.bool, device=device)
         m[torch.from_numpy(np.asarray(kept, dtype=np.int64)).to(device)] = True
         masks.append(m)
-    VIEWS[int(row)] = (req.rid, s, masks)
-    COUNTERS["views"] += 1
-    COUNTERS["views_on_demoted"] += int(demoted)
+    st.views[int(row)] = (req.rid, s, masks)
+    st.views_made["views"] += 1
+    st.views_made["views_on_demoted"] += int(demoted)
     if demoted:
-        DEMOTED_RIDS.append(req.rid)
+        st.demoted_rids.append(req.rid)
     return True
 
 
 def clear(row) -> None:
     if row is not None:
-        VIEWS.pop(int(row), None)
+        views().pop(int(row), None)
 
 
 def hide_(slots: torch.Tensor, rows, unit: int) -> torch.Tensor:
     """Zero, in place, the slots of hidden segment positions: ``slots`` int64 ``[B, W]`` (row
     ``i`` = request-pool row ``rows[i]``, columns = logical positions from 0) or ``[W]`` with one
     row. Returns ``slots``."""
-    if not VIEWS:
+    held = views()
+    if not held:
         return slots
     two_d = slots.dim() == 2
     for i, row in enumerate(rows if two_d else [rows]):
-        view = VIEWS.get(int(row))
+        view = held.get(int(row))
         if view is None:
             continue
         _, s, masks = view
@@ -92,7 +95,7 @@ def hide_(slots: torch.Tensor, rows, unit: int) -> torch.Tensor:
 
 def visible(row, unit: int, positions: np.ndarray) -> np.ndarray:
     """``positions`` (int64, sorted) less the hidden segment positions of ``row`` in ``unit``."""
-    view: Optional[tuple] = VIEWS.get(int(row)) if row is not None else None
+    view: Optional[tuple] = views().get(int(row)) if row is not None else None
     if view is None:
         return positions
     _, s, masks = view
@@ -107,9 +110,10 @@ def hide_flat_(slots: torch.Tensor, token_rows: torch.Tensor, pos: torch.Tensor,
     """:func:`hide_` over one flat token stream (FlashInfer's index build): ``slots``,
     ``token_rows`` (each token's request-pool row) and ``pos`` (its logical position), all
     ``[T]``. Returns ``slots``."""
-    if not VIEWS:
+    held = views()
+    if not held:
         return slots
-    for row, (_, s, masks) in VIEWS.items():
+    for row, (_, s, masks) in held.items():
         sel = (token_rows == row) & (pos < s)
         if bool(sel.any()):
             slots[sel] = torch.where(masks[unit][pos[sel]], slots[sel], torch.zeros_like(slots[sel]))

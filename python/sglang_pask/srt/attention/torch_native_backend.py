@@ -26,7 +26,6 @@ decode batch is batched only while no row of it has a head mask).
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -35,12 +34,11 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask import ops
-from sglang_pask.srt import head_masks, reconstruct, segment_views, window_stats
-from sglang_pask.srt.segment_views import held_slots
-
-#: ``SGLANG_PASK_BATCHED_DECODE=0``: decode request by request too (the reference path; what the
-#: batched one is profiled against: ``bench/decode_profile.py``)
-BATCHED_DECODE = os.environ.get("SGLANG_PASK_BATCHED_DECODE", "1") != "0"
+from sglang_pask.environ import envs
+from sglang_pask.srt.attention import head_masks, window_stats
+from sglang_pask.srt.mem_cache import segment_views
+from sglang_pask.srt.mem_cache.segment_views import held_slots
+from sglang_pask.srt.state import state
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
@@ -64,10 +62,10 @@ def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows:
     """Every request's held slots at once: ``(slots [B, L], counts [B])``, both int64. Row ``i``
     holds :func:`held_slots` of ``req_to_token[rows[i], :lens[i]]`` in its first ``counts[i]``
     entries (logical order) and the padding slot 0 after them; ``L`` is the largest count.
-    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``); ``unit``: whose views apply (:mod:`.segment_views`)."""
+    ``rows``, ``lens``: int64 ``[B]`` (``B >= 1``); ``unit``: whose views apply (:mod:`..mem_cache.segment_views`)."""
     width = int(lens.max())
     slots = mapping_u[req_to_token[rows, :width].long()]  # [B, width]
-    if segment_views.VIEWS:
+    if segment_views.views():
         segment_views.hide_(slots, rows.tolist(), unit)
     held = (slots > 0) & (torch.arange(width, device=slots.device)[None, :] < lens[:, None])
     counts = held.sum(1)
@@ -102,7 +100,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         self.recorder = (window_stats.setup(config.method, self.pool.head_num)  # KV heads on this rank
                          if kind in window_stats.KINDS else None)
         if kind == "kvzip_heads":
-            reconstruct.BACKEND = self
+            state().reconstruct_backend = self
         self.rows: list[int] = []  # this forward's request-pool rows, in batch order
 
     def init_forward_metadata(self, forward_batch):
@@ -112,7 +110,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         lens = forward_batch.seq_lens.tolist()
         self.unit_meta, self.padded, self.rows = [], None, rows
         decode = forward_batch.forward_mode.is_decode()
-        if not decode and head_masks.MASKS:  # a fresh prefill (prefix 0) is a new request in its row
+        if not decode and head_masks.masks():  # a fresh prefill (prefix 0) is a new request in its row
             for r, first in zip(rows, forward_batch.extend_prefix_lens.tolist()):
                 if int(first) == 0:  # (a MIXED batch's decode rows extend from their last position)
                     head_masks.forget(r)
@@ -120,7 +118,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):
                 self.recorder.begin(r, int(first), int(n))
-        if (BATCHED_DECODE and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
+        # $SGLANG_PASK_BATCHED_DECODE=0: request by request (what bench/decode_profile.py compares)
+        batched = envs.SGLANG_PASK_BATCHED_DECODE.get()
+        if (batched and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
                 and not head_masks.masked(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)
@@ -129,7 +129,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         for u in range(len(self.pool.units)):
             m = self.pool.mapping[u]
             held = [held_slots(m, req_to_token[r, :n], r, u) for r, n in zip(rows, lens)]
-            self.unit_meta.append([(slots, pos, head_masks.allow(r, u, pos) if head_masks.MASKS else None)
+            self.unit_meta.append([(slots, pos, head_masks.allow(r, u, pos) if head_masks.masks() else None)
                                    for r, (slots, pos) in zip(rows, held)])
 
     def _attend(self, q, layer, q_lens, q_starts):

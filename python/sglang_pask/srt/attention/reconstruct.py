@@ -29,17 +29,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sglang_pask.srt import head_masks
-from sglang_pask.srt.segment_views import held_slots
+from sglang_pask.srt.attention import head_masks
+from sglang_pask.srt.mem_cache.segment_views import held_slots
+from sglang_pask.srt.state import state
 
 #: queries scored at a time (the runner's chunk, hf/attention.py)
 CHUNK = 256
-#: the torch attention backend (:class:`~.attention.PaskTorchNativeAttnBackend`) when the serving
-#: method reads KVzip's scores (set at its construction)
-BACKEND = None
-#: what the scoring costs (``/server_info``: ``reconstruction``): compressions scored, scoring
-#: forwards run, the tokens they ran (repeat request + chunk) and their wall time
-COUNTERS = {"scored": 0, "forwards": 0, "tokens": 0, "seconds": 0.0}
 
 
 @dataclass
@@ -100,7 +95,7 @@ def _visible(backend, row: int, T: int, a: int, b: int, sinks: int) -> list[tupl
     out = []
     for u, m in enumerate(backend.pool.mapping):
         slots, pos = held_slots(m, full_ids, row, u)
-        allow = head_masks.allow(row, u, pos) if head_masks.MASKS else None
+        allow = head_masks.allow(row, u, pos) if head_masks.masks() else None
         keep = (pos < sinks) | ((pos >= a) & (pos < b))
         out.append((slots[keep], pos[keep], None if allow is None else allow[:, keep]))
     return out
@@ -151,7 +146,8 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], method, backend=N
     scores 0 for that head: the pass's attention already hid it (:func:`_visible`)."""
     from sglang_pask.hf.kvzip import reconstruction_chunks
 
-    backend = backend or BACKEND
+    st = state()
+    backend = backend or st.reconstruct_backend  # the torch backend sets itself there
     if backend is None:
         raise RuntimeError("KVzip's scores need the torch attention backend (--attention-backend torch_native)")
     tokenizer = getattr(req, "tokenizer", None)
@@ -165,14 +161,14 @@ def kvzip_heads(req, seq_len: int, retained: list[np.ndarray], method, backend=N
     for a, b, sinks, tokens in reconstruction_chunks(tokenizer, ids, method.chunk_size, method.n_sink):
         scoring = Pass(row, a, b, sinks, T, meta=_visible(backend, row, T, a, b, sinks))
         _forward(backend, row, T, tokens, scoring)
-        COUNTERS["forwards"] += 1
-        COUNTERS["tokens"] += len(tokens)
+        st.reconstruction["forwards"] += 1
+        st.reconstruction["tokens"] += len(tokens)
         for layer, top in scoring.top.items():  # the chunks partition [0, T): each position scored once
             pos = scoring.meta[backend.pool.unit_of[layer]][1]
             inside = (pos >= a) & (pos < b)
             dense[layer][:, pos[inside].cpu()] = top[:, inside].float().cpu()
     out = [dense[layer][:, torch.from_numpy(np.asarray(pos, dtype=np.int64))].numpy().astype(np.float32)
            for layer, pos in enumerate(retained)]
-    COUNTERS["scored"] += 1
-    COUNTERS["seconds"] += time.perf_counter() - t0
+    st.reconstruction["scored"] += 1
+    st.reconstruction["seconds"] += time.perf_counter() - t0
     return out

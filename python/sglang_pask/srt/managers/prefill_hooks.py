@@ -1,4 +1,4 @@
-"""The two prefill hooks (registered by :mod:`.seam`), shared by the rules that shape a prompt's
+"""The two prefill hooks (registered by :mod:`..seam`), shared by the rules that shape a prompt's
 prefill: the shared-segment rule (:mod:`.segments`, segment mode) and the chunked prefill rule
 (:mod:`.chunked`, no segment). Each request is under one of them at most.
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from sglang_pask.srt import chunked, segments
+from sglang_pask.srt.managers import chunked, segments
 from sglang_pask.srt.serving import active_config
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
@@ -28,7 +29,7 @@ def around_select_admission(original, adder, req, **kwargs):
         try:
             return chunked.admission(adder, req, kwargs, original)
         except Exception as e:  # SGLang's own admission (the request waits until it fits whole)
-            chunked.COUNTERS["errors"] += 1
+            state().chunked["errors"] += 1
             logger.exception("sglang_pask: chunked admission failed for %s: %r", req.rid, e)
     admission = original(adder, req, **kwargs)
     if not config.rule.active:
@@ -38,7 +39,7 @@ def around_select_admission(original, adder, req, **kwargs):
 
 def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     result = original(req, tree_cache, *args, **kwargs)
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     config = active_config()
     alloc = getattr(tree_cache, "token_to_kv_pool_allocator", None)
@@ -50,6 +51,6 @@ def around_checkpoint(original, req, tree_cache, *args, **kwargs):
     try:  # the chunked prefill rule: compressed at each chunk end
         chunked.compress_chunk(req, tree_cache.req_to_token_pool.req_to_token, alloc, config)
     except Exception as e:  # the chunk then stays whole; serving goes on
-        chunked.COUNTERS["errors"] += 1
+        state().chunked["errors"] += 1
         logger.exception("sglang_pask: chunk compression failed for %s: %r", req.rid, e)
     return result

@@ -3,8 +3,8 @@
 (SnapKV and PyramidKV per layer, PASK with a ``window`` residual scorer), ``"window_heads"`` (SnapKV
 and PyramidKV per KV head, AdaKV, PASK's ``per_head`` scorer) or ``"accumulated"`` (H2O).
 
-The torch attention backend (:mod:`.attention`) hands every forward's queries to
-:meth:`Recorder.record` (extend and decode alike); :mod:`.persist` reads a request's statistics
+The torch attention backend (:mod:`.torch_native_backend`) hands every forward's queries to
+:meth:`Recorder.record` (extend and decode alike); :mod:`..managers.persist` reads a request's statistics
 with :meth:`Recorder.stats` when it builds the request's view (and retires them after step 0 under
 the ``prefill`` schedule); :func:`forget` drops them when the request's KV is released. The
 FlashInfer backend (:mod:`.flashinfer_backend`) hands over the same queries and held keys after
@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_pask.methods.base import AttentionStats, window_size
+from sglang_pask.srt.state import state
 
 #: the statistics kinds the recorder keeps
 KINDS = ("window", "window_heads", "accumulated")
@@ -64,7 +65,7 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class Recorder:
-    """One per scheduler process (:data:`RECORDER`, set up by the attention backend when the
+    """One per scheduler process (:attr:`~..state.PaskState.recorder`, set up by the attention backend when the
     serving method needs statistics). ``kind``: one of :data:`KINDS`; ``size``: the window's queries
     (windowed kinds); ``kv_heads``: the rows of a ``window_heads`` layer with no record yet."""
 
@@ -160,22 +161,16 @@ class Recorder:
         self.rows.pop(row, None)
 
 
-#: this process's recorder (None: the serving method needs no statistics)
-RECORDER: Optional[Recorder] = None
-
-
 def setup(method, kv_heads: int = 1) -> Optional[Recorder]:
     """The recorder ``method`` needs (None: it needs none); raises ValueError naming a kind the
     server does not record. ``kv_heads``: the model's KV heads (per-head statistics)."""
-    global RECORDER
     kind = method.needs_attention
-    if kind is None:
-        RECORDER = None
-    else:
-        RECORDER = Recorder(kind, window_size(method) if kind in WINDOWED else 0, kv_heads)
-    return RECORDER
+    st = state()
+    st.recorder = None if kind is None else Recorder(kind, window_size(method) if kind in WINDOWED else 0, kv_heads)
+    return st.recorder
 
 
 def forget(row: Optional[int]) -> None:
-    if RECORDER is not None and row is not None:
-        RECORDER.forget(int(row))
+    rec = state().recorder
+    if rec is not None and row is not None:
+        rec.forget(int(row))

@@ -20,7 +20,7 @@ cache, selected through ``CacheInitParams.component_registry_override``) plus, i
 
 Invariant: a stamped node's runs cover exactly ``len(node.key)`` tokens, so the runs on the path
 root -> node are the classes of the cached prefix (:func:`path_classes`). Runs are
-``[[class, count], ...]`` as :func:`.request_tags.encode_runs` writes them.
+``[[class, count], ...]`` as :func:`..managers.request_tags.encode_runs` writes them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
 
-from sglang_pask.srt.request_tags import decode_runs, encode_runs
+from sglang_pask.srt.managers.request_tags import decode_runs, encode_runs
 
 KEY = "pask_runs"
 SEGMENT_KEY = "pask_segment"
@@ -62,7 +62,7 @@ class PaskFullComponent(FullComponent):
 
     def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
         out = super().prepare_for_caching_req(req, insert_params, token_ids_len, is_finished)
-        from sglang_pask.srt.request_tags import tags_of
+        from sglang_pask.srt.managers.request_tags import tags_of
         from sglang_pask.srt.serving import active_config
 
         config = active_config()
@@ -70,7 +70,7 @@ class PaskFullComponent(FullComponent):
         if config is not None and config.rule.active:
             # Cache the segment only (0: nothing; under full prefill also 0 until the whole
             # prompt is written: .segments). Failing tags give 0: never a wrong share.
-            from sglang_pask.srt.segments import segment_ready
+            from sglang_pask.srt.managers.segments import segment_ready
 
             try:
                 cap = int(tags_of(req).segment_end)
@@ -125,7 +125,7 @@ class PaskFullComponent(FullComponent):
 
 
 def node_stamp(config) -> str:
-    """What a segment node is stamped with: the config's :attr:`~.serving.ServingConfig.stamp`;
+    """What a segment node is stamped with: the config's :attr:`~..serving.ServingConfig.stamp`;
     under ``--pask-segment-prefill full`` with ``/full`` after it -- the node holds the whole
     segment, uncut, which only requests reading it through a view (:mod:`.segment_views`) match."""
     return config.stamp + ("/full" if config.rule.segment_prefill == "full" else "")

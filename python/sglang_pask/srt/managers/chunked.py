@@ -11,14 +11,14 @@ less a margin (a chunk end compresses only as far as the next chunk needs):
 :meth:`~sglang_pask.methods.chunks.ChunkRule.for_pool`. It is off in segment mode
 and for methods that read attention statistics (:func:`sglang_pask.methods.chunks.check_method`).
 
-Hooks (registered by :mod:`.seam`):
+Hooks (registered by :mod:`..seam`):
 
 * ``TpModelWorker.get_worker_info`` (AROUND): ``max_req_len`` / ``max_req_input_len`` from the
   full index space instead of the unit pool (what the tokenizer and the scheduler refuse).
 * ``Scheduler.init_req_max_new_tokens`` (AROUND): SGLang clips a request's ``max_new_tokens`` to
   what fits after its prompt in an empty pool -- 0 for a prompt longer than a unit pool; a chunked
   prompt is clipped instead to what fits after its own compressed prompt (:func:`plan`).
-* ``validate_input_length`` (AFTER, in :mod:`.error_hooks`): a chunked prompt whose peak does
+* ``validate_input_length`` (AFTER, in :mod:`.prompt_limits`): a chunked prompt whose peak does
   not fit an empty unit pool is refused with a message naming the numbers.
 * ``PrefillAdder._select_prefill_admission`` (AROUND, through :mod:`.prefill_hooks`): a chunked prompt
   is admitted on its chunked peak (not its length), and its extend ends at the next chunk end;
@@ -37,14 +37,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sglang_pask.methods.chunks import MARGIN, ChunkRule, chunked_need
-from sglang_pask.srt.request_tags import tags_of
+from sglang_pask.srt.managers.request_tags import tags_of
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
-COUNTERS = {"chunked_requests": 0, "chunk_compressions": 0, "chunk_slots_dropped": 0, "chunks_deferred": 0,
-            "chunks_parked": 0, "errors": 0}
-#: this process's rule and the unit pool's slots, set by :func:`configure` (from :func:`.error_hooks.after_configure`)
-_STATE: dict = {"rule": None, "capacity": 0}
 
 
 @dataclass(frozen=True)
@@ -56,9 +53,9 @@ class Plan:
 
 
 def rule() -> Optional[ChunkRule]:
-    """This process's chunk rule (None: prompts are written whole)."""
-    r = _STATE["rule"]
-    return r if r is not None and r.active else None
+    """This process's chunk rule (None: prompts are written whole), fixed by :func:`configure`
+    (from :func:`.prompt_limits.after_configure`) with the unit pool's slots."""
+    return state().active_chunk_rule()
 
 
 def applies(req) -> bool:
@@ -71,8 +68,8 @@ def configure(config, capacity: int, context_len: int) -> Optional[ChunkRule]:
     from sglang_pask.methods.chunks import check_method
 
     size = config.prefill_chunk
-    _STATE["capacity"] = int(capacity)
-    _STATE["rule"] = None
+    st = state()
+    st.capacity, st.chunk_rule = int(capacity), None
     if size == 0 or config.rule.active or config.method.budget >= 1.0:
         return None
     try:
@@ -82,8 +79,8 @@ def configure(config, capacity: int, context_len: int) -> Optional[ChunkRule]:
             raise
         logger.info("sglang_pask: chunked prefill off: %s", e)
         return None
-    _STATE["rule"] = ChunkRule.for_pool(int(capacity), int(context_len), size)
-    return _STATE["rule"]
+    st.chunk_rule = ChunkRule.for_pool(int(capacity), int(context_len), size)
+    return st.chunk_rule
 
 
 def plan(req, config) -> Plan:
@@ -100,7 +97,7 @@ def plan(req, config) -> Plan:
 def too_big(req, config) -> Optional[str]:
     """Why a chunked prompt can never be served here (None: it can)."""
     p = plan(req, config)
-    cap = _STATE["capacity"]
+    cap = state().capacity
     if p.peak + MARGIN > cap:
         return (f"the prompt has {len(req.origin_input_ids)} tokens; prefilled in chunks of {rule().size} "
                 f"and compressed at each chunk end it still needs {p.peak} slots of a unit pool of {cap} "
@@ -115,7 +112,7 @@ def around_worker_info(original, worker, *args, **kwargs):
     r = rule()
     if r is None:
         return info
-    from sglang_pask.srt.pools import PaskAllocator
+    from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
     alloc = getattr(getattr(worker, "model_runner", None), "token_to_kv_pool_allocator", None)
     if not isinstance(alloc, PaskAllocator):
@@ -135,7 +132,7 @@ def around_init_max_new_tokens(original, scheduler, req, *args, **kwargs):
             from sglang_pask.srt.serving import active_config
 
             p = plan(req, active_config())
-            room = _STATE["capacity"] - p.after - MARGIN
+            room = state().capacity - p.after - MARGIN
             limit = int(scheduler.max_req_len) - len(req.origin_input_ids) - 1
             req.sampling_params.max_new_tokens = max(0, min(int(requested), room, limit))
     except Exception as e:  # SGLang's clip stays
@@ -166,10 +163,10 @@ def admission(adder, req, kwargs, original):
     if end is None or adm.prefix_len + adm.extend_len <= end:
         return adm
     if kwargs.get("has_chunked_req") or adder.new_chunked_req is not None:
-        COUNTERS["chunks_deferred"] += 1
+        state().chunked["chunks_deferred"] += 1
         return AddReqResult.OTHER
     if adm.prefix_len == 0:
-        COUNTERS["chunked_requests"] += 1
+        state().chunked["chunked_requests"] += 1
     # SGLang's commit reserves this chunk for this round; the rest of the request's need is
     # reserved too, so that requests admitted after it cannot take the slots its next chunks need
     _reserve(adder, max(p.peak, p.after + max_new) - (end - adm.prefix_len))
@@ -201,7 +198,7 @@ def around_add_chunked_req(original, adder, req, *args, **kwargs):
     end = r.next_end(len(req.origin_input_ids), 0, prefix) or len(req.origin_input_ids)
     alloc = adder.token_to_kv_pool_allocator
     if alloc.available_size() < end - prefix + MARGIN:
-        COUNTERS["chunks_parked"] += 1
+        state().chunked["chunks_parked"] += 1
         return req
     saved = adder.chunked_req_limit
     adder.chunked_req_limit = end - prefix if saved is None else min(saved, end - prefix)
@@ -210,7 +207,7 @@ def around_add_chunked_req(original, adder, req, *args, **kwargs):
     finally:
         adder.chunked_req_limit = saved
     if req in adder.can_run_list:
-        from sglang_pask.srt.persist import held_positions
+        from sglang_pask.srt.managers.persist import held_positions
         from sglang_pask.srt.serving import active_config
 
         p = plan(req, active_config())
@@ -228,10 +225,11 @@ def compress_chunk(req, req_to_token, allocator, config) -> int:
     written = int(getattr(req, "extend_end", 0) or 0)
     if r is None or written not in set(r.ends(len(req.origin_input_ids))):
         return 0
-    from sglang_pask.srt import persist
+    from sglang_pask.srt.managers import persist
 
-    before = persist.COUNTERS["compressions"]
+    st = state()
+    before = st.compression["compressions"]
     freed = persist.compress_request(req, req_to_token, allocator, config, seq_len=written, pick=r.method_for)
-    COUNTERS["chunk_compressions"] += persist.COUNTERS["compressions"] - before
-    COUNTERS["chunk_slots_dropped"] += freed
+    st.chunked["chunk_compressions"] += st.compression["compressions"] - before
+    st.chunked["chunk_slots_dropped"] += freed
     return freed

@@ -3,7 +3,7 @@
 * **Full ids** (``req_to_token``, ``out_cache_loc``, the radix tree) stay canonical, but hold no
   KV bytes: they are an index space of ``full_size`` slots managed by :class:`PaskAllocator`
   (a ``TokenToKVPoolAllocator``, page size 1).
-* **Units** (:mod:`.serving`): each unit ``u`` (consecutive layers) has its own
+* **Units** (:mod:`..serving`): each unit ``u`` (consecutive layers) has its own
   ``MHATokenToKVPool`` of ``unit_size`` slots x ``len(u)`` layers, and a row of the mapping
   ``mapping[u, full] -> unit slot`` (0: not held in that unit; slot 0 is SGLang's padding slot).
 * **Alloc** gives every new token a slot in every unit; **drop** (:meth:`PaskAllocator.drop`)
@@ -57,7 +57,7 @@ class PaskKVPool(KVCache):
         # int64 [U, full_size + 2]: unit slot of each full id (0: not held); the last column is
         # a sentinel so that padded ids (== full_size + 1) map to the padding slot.
         self.mapping = torch.zeros((len(self.units), full_size + 2), dtype=torch.int64, device=device)
-        #: the learned scorer's predictions per full id (:class:`~.learned_scores.LearnedScores`; None
+        #: the learned scorer's predictions per full id (:class:`~..attention.learned_scores.LearnedScores`; None
         #: unless the serving method reads ``learned_heads``): set once the model is loaded
         self.learned_scores = None
         self.mem_usage = self.kv_bytes_capacity() / (1 << 30)

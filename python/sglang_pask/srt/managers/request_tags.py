@@ -8,19 +8,20 @@ do not implement). The HTTP process appends one action ``{"action_type": "sglang
 and the shared segment's end, 0 when none or not in segment mode).
 
 Trust boundary (DESIGN.md §6): the action is the server's own. :func:`attach` signs its payload
-with an HMAC under a key made once per server (:data:`ENV_HINT_KEY`, set by the launcher's process
+with an HMAC under a key made once per server (``$SGLANG_PASK_HINT_KEY``, set by the launcher's process
 before it starts the scheduler, inherited by every child; a client never sees it). A client-written
-``sglang_pask.*`` action is refused with a 400 at the HTTP edge (:mod:`.edge`), and the scheduler
+``sglang_pask.*`` action is refused with a 400 at the HTTP edge (:mod:`..entrypoints.edge`), and the scheduler
 reads only an action whose signature verifies (:func:`own_payload`); any other is counted
 (``forged``) and ignored. A signed payload is still validated (:func:`validate`: lengths, class
 range, tracker, segment end) before anything reads it; a bad one refuses the request with one
-line (:attr:`RequestTags.error`, through :mod:`.error_hooks`), never a silent Full KV.
+line (:attr:`RequestTags.error`, through :mod:`.prompt_limits`), never a silent Full KV.
 
 Scheduler side (:class:`RequestTags`): prompt classes from the action, output classes from the
-grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.tag_hooks`) or from a
+grammar's tracker (constrained requests, fed by the xgrammar hooks in :mod:`.output_tags`; the
+prompt's by :mod:`..entrypoints.prompt_tags`) or from a
 tracker fed the request's own output ids (unconstrained). A request without an action (its
 tagging failed, the ids differ from the ones SGLang runs, or a ``/generate`` with ids) is classed
-``OTHER`` throughout and counted (:data:`COUNTERS`); it is served normally, under its budget.
+``OTHER`` throughout and counted (:attr:`~..state.PaskState.tags`); it is served normally, under its budget.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 from typing import Optional, Sequence
 
 import numpy as np
 
+from sglang_pask.environ import envs
+from sglang_pask.srt.state import state
 from sglang_pask.structure.classes import StructClass
 
 logger = logging.getLogger("sglang_pask")
@@ -42,10 +44,6 @@ ACTION_TYPE = "sglang_pask.tags"
 ACTION_VERSION = "1"
 #: the action types only the server writes (a client's is refused at the HTTP edge)
 RESERVED_PREFIX = "sglang_pask."
-#: the per-server signing key of the tags action (internal: the launcher's process sets it, hex)
-ENV_HINT_KEY = "SGLANG_PASK_HINT_KEY"
-#: scheduler-process counters (reported under ``internal_states[0]["pask"]["tags"]``)
-COUNTERS = {"tagged": 0, "untagged": 0, "output_fallback": 0, "forged": 0, "refused": 0}
 
 
 class TagError(ValueError):
@@ -56,13 +54,13 @@ def make_key() -> None:
     """A new signing key for this server's processes (the launcher's, before it starts any)."""
     import secrets
 
-    os.environ[ENV_HINT_KEY] = secrets.token_hex(32)
+    envs.SGLANG_PASK_HINT_KEY.set(secrets.token_hex(32))
 
 
 def _mac(payload: dict) -> Optional[str]:
     """HMAC-SHA256 of ``payload`` (without its ``mac``) under this server's key; None when the
     process has no key (no policy: nothing signs, nothing verifies)."""
-    key = os.environ.get(ENV_HINT_KEY)
+    key = envs.SGLANG_PASK_HINT_KEY.get()
     if not key:
         return None
     body = json.dumps({k: v for k, v in payload.items() if k != "mac"}, sort_keys=True,
@@ -148,7 +146,8 @@ def attach(adapted, classes: Sequence[int], tracker: str, segment_end: int = 0) 
     payload = {"n": len(classes), "runs": encode_runs(classes), "tracker": tracker, "seg": int(segment_end)}
     mac = _mac(payload)
     if mac is None:
-        raise RuntimeError(f"${ENV_HINT_KEY} is not set: the launcher's process makes it with a policy")
+        raise RuntimeError(f"${envs.SGLANG_PASK_HINT_KEY.name} is not set: the launcher's process makes it "
+                           "with a policy")
     payload["mac"] = mac
     action = KvHintAction(action_id=f"pask-{adapted.rid}", action_type=ACTION_TYPE,
                           action_version=ACTION_VERSION, payload=payload)
@@ -171,7 +170,7 @@ def own_payload(req) -> Optional[dict]:
         if signed(action):
             found = found or dict(action.payload)
         elif str(getattr(action, "action_type", "")).startswith(RESERVED_PREFIX):
-            COUNTERS["forged"] += 1
+            state().tags["forged"] += 1
             logger.warning("sglang_pask: ignored an unsigned %s action on %s", action.action_type, req.rid)
     return found
 
@@ -189,11 +188,11 @@ class RequestTags:
                 prompt = validate(payload, self.prompt_len)
             except TagError as e:
                 self.error, payload = str(e), None
-                COUNTERS["refused"] += 1
+                state().tags["refused"] += 1
                 logger.warning("sglang_pask: refused %s: %s", req.rid, e)
         self.tagged = prompt is not None
         self.prompt = prompt if self.tagged else np.full(self.prompt_len, int(StructClass.OTHER), np.int64)
-        COUNTERS["tagged" if self.tagged else "untagged"] += 1
+        state().tags["tagged" if self.tagged else "untagged"] += 1
         self.tracker_name = (payload or {}).get("tracker") or "qwen3_tools"
         #: end of the shared segment (0: none); always leaves at least one own token (validated)
         self.segment_end = int((payload or {}).get("seg", 0))
@@ -217,7 +216,7 @@ class RequestTags:
                 return self._own(req, n)
             except Exception as e:
                 self._failed = True
-                COUNTERS["output_fallback"] += 1
+                state().tags["output_fallback"] += 1
                 logger.warning("sglang_pask: output tagging failed for %s: %r", req.rid, e)
         return np.full(n, int(StructClass.OTHER), np.int64)
 

@@ -16,7 +16,7 @@ is prefill end):
    request's own positions ``>= S``: the segment keeps what its own compression kept.
 
 A method that selects per KV head (its selection's ``head_mask``) keeps the union of its heads'
-sets in the unit and leaves each head's own set in :mod:`.head_masks` (attention reads it; the
+sets in the unit and leaves each head's own set in :mod:`..attention.head_masks` (attention reads it; the
 next view of the request gets it as ``head_mask``).
 
 With ``--pask-kept-log DIR`` each compression appends ``{"rid", "step", "seq_len", "kept":
@@ -30,33 +30,25 @@ import json
 import logging
 import os
 import time
-from collections import deque
 from typing import Optional
 
 import numpy as np
 import torch
 
+from sglang_pask.environ import envs
 from sglang_pask.methods.base import AttentionStats, CacheView
 from sglang_pask.methods.padded import PaddedBatch
-from sglang_pask.srt import head_masks, segment_views, window_stats
-from sglang_pask.srt.request_tags import tags_of
+from sglang_pask.srt.attention import head_masks
+from sglang_pask.srt.managers.request_tags import tags_of
+from sglang_pask.srt.mem_cache import segment_views
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
 PROTECTED_TAIL = 1
-COUNTERS = {"compressions": 0, "requests_compressed": 0, "errors": 0}
-#: the decode loop's wall time and compression's part of it (``/server_info``: ``compression_time``):
-#: ``decode_steps`` timed, ``step_s`` their summed period (from one decode step's eviction point to
-#: the next; gaps over :data:`IDLE_GAP_S` are idle time, not counted), ``compress_s`` inside
-#: :func:`compress_batch`
-TIMES = {"decode_steps": 0, "step_s": 0.0, "compress_s": 0.0}
+#: a gap between two decode steps' eviction points longer than this is idle time, not a step
+#: (:attr:`~..state.PaskState.times`)
 IDLE_GAP_S = 5.0
-_LAST_STEP = [None]
-#: ``SGLANG_PASK_BATCHED_COMPRESSION=0``: compress request by request (the reference path; what
-#: the batched one is measured against)
-BATCHED = os.environ.get("SGLANG_PASK_BATCHED_COMPRESSION", "1") != "0"
-#: the last released requests (newest last): what each held per unit when its KV was freed
-RELEASED: "deque[dict]" = deque(maxlen=256)
 
 
 def held_positions(allocator, full_ids: torch.Tensor) -> list[np.ndarray]:
@@ -88,7 +80,7 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
     seg = tags.segment_end if config.rule.active else 0
     if seg:
         from sglang_pask.methods.segment import own_kept, own_slots, own_view
-        from sglang_pask.srt.segments import segment_kept_units
+        from sglang_pask.srt.managers.segments import segment_kept_units
 
         segment_kept_units(req, config)  # computed once per request; sets tags.segment_slots
         allowed = own_slots(method, config.num_layers, seq_len, seg, tags.segment_slots, config.rule.own_budget)
@@ -143,9 +135,10 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
             mask = np.asarray(sel_heads[layers[0]], dtype=bool)
             head_masks.store(req.kv.req_pool_idx, u, kept, mask)
             heads_log[str(u)] = [kept[m].tolist() for m in mask]
-    COUNTERS["compressions"] += 1
+    counts = state().compression
+    counts["compressions"] += 1
     if step == 0 and not chunk_end:
-        COUNTERS["requests_compressed"] += 1
+        counts["requests_compressed"] += 1
     if config.kept_log:
         _log(config.kept_log, {"rid": req.rid, "step": step, "seq_len": seq_len, "kept": kept_log,
                                **({"heads": heads_log} if heads_log else {})})
@@ -155,8 +148,8 @@ def compress_request(req, req_to_token: torch.Tensor, allocator, config, seq_len
 def _attention(req, retained, step: int, method, seq_len: int, allocator=None, full_ids=None, masks=None):
     """The request's attention statistics aligned with ``retained`` (None: the method needs
     none). Under the ``prefill`` schedule nothing after step 0 reads them: the recorder stops.
-    KVzip's scores come from a reconstruction forward run now (:mod:`.reconstruct`); the learned
-    scorer's were stored by full id when the forwards wrote the tokens (:mod:`.learned_scores`;
+    KVzip's scores come from a reconstruction forward run now (:mod:`..attention.reconstruct`); the learned
+    scorer's were stored by full id when the forwards wrote the tokens (:mod:`..attention.learned_scores`;
     ``full_ids`` int64 ``[seq_len]``, ``masks[l]`` the layer's per-head view mask or None)."""
     if method.needs_attention == "learned_heads":
         learned = getattr(getattr(allocator, "pool", None), "learned_scores", None)
@@ -165,10 +158,10 @@ def _attention(req, retained, step: int, method, seq_len: int, allocator=None, f
                                "capture (no scorer installed on the model)")
         return AttentionStats(learned_heads=learned.heads(full_ids, retained, masks))
     if method.needs_attention == "kvzip_heads":
-        from sglang_pask.srt.reconstruct import kvzip_heads
+        from sglang_pask.srt.attention.reconstruct import kvzip_heads
 
         return AttentionStats(kvzip_heads=kvzip_heads(req, seq_len, retained, method))
-    rec = window_stats.RECORDER
+    rec = state().recorder
     if rec is None or method.needs_attention is None:
         return None
     row = int(req.kv.req_pool_idx)
@@ -190,21 +183,23 @@ def compress_batch(batch, allocator, config) -> None:
     request did not fit and clears it only when a request leaves the running batch (or, for its
     hybrid SWA pools, every step), so without this the slots freed by compression would never
     admit anyone until some request finished."""
+    st = state()
     t0 = time.perf_counter()
-    last, _LAST_STEP[0] = _LAST_STEP[0], t0
+    last, st.last_step = st.last_step, t0
     if last is not None and t0 - last < IDLE_GAP_S:
-        TIMES["decode_steps"] += 1
-        TIMES["step_s"] += t0 - last
+        st.times["decode_steps"] += 1
+        st.times["step_s"] += t0 - last
     try:
         _compress_batch(batch, allocator, config)
     finally:
-        TIMES["compress_s"] += time.perf_counter() - t0
+        st.times["compress_s"] += time.perf_counter() - t0
 
 
 def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
     freed = None
-    if BATCHED and config.method.needs_attention is None:
+    # $SGLANG_PASK_BATCHED_COMPRESSION=0: request by request (the reference path the batched one is measured against)
+    if envs.SGLANG_PASK_BATCHED_COMPRESSION.get() and config.method.needs_attention is None:
         try:
             freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:
@@ -215,7 +210,7 @@ def _compress_batch(batch, allocator, config) -> None:
             try:
                 freed += compress_request(req, req_to_token, allocator, config)
             except Exception as e:
-                COUNTERS["errors"] += 1
+                state().compression["errors"] += 1
                 logger.exception("sglang_pask: compression failed for %s (kept Full KV): %r", req.rid, e)
     if freed:
         batch.batch_is_full = False
@@ -298,8 +293,9 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
         drop = held[u] & ~k & (pos >= lo[:, None])
         if drop.any():
             freed += allocator.drop(u, ids[torch.from_numpy(drop)])
-    COUNTERS["compressions"] += len(reqs_due)
-    COUNTERS["requests_compressed"] += sum(int(r.decode_batch_idx) == 0 for r in reqs_due)
+    counts = state().compression
+    counts["compressions"] += len(reqs_due)
+    counts["requests_compressed"] += sum(int(r.decode_batch_idx) == 0 for r in reqs_due)
     if config.kept_log:
         for i, req in enumerate(reqs_due):
             _log(config.kept_log, {"rid": req.rid, "step": int(req.decode_batch_idx), "seq_len": int(lens[i]),
@@ -318,7 +314,7 @@ def _own_spans(reqs, lens: np.ndarray, config) -> tuple[np.ndarray, np.ndarray]:
     if not config.rule.active:
         return segs, allowed
     from sglang_pask.methods.segment import own_slots
-    from sglang_pask.srt.segments import segment_kept_units
+    from sglang_pask.srt.managers.segments import segment_kept_units
 
     for i, req in enumerate(reqs):
         tags = tags_of(req)
@@ -338,7 +334,7 @@ def _log(folder: str, record: dict) -> None:
 
 def record_release(req, req_to_token: torch.Tensor, allocator) -> None:
     """Append ``{"rid", "seq_len", "unit_slots", "kv_bytes", "full_kv_bytes"}`` to
-    :data:`RELEASED`: the unit slots the request's row still maps (read from the pools),
+    :attr:`~..state.PaskState.released`: the unit slots the request's row still maps (read from the pools),
     their bytes, and the bytes Full KV would hold for ``seq_len`` tokens."""
     row = req.kv.req_pool_idx
     seq_len = int(req.kv.kv_committed_len)
@@ -346,6 +342,6 @@ def record_release(req, req_to_token: torch.Tensor, allocator) -> None:
         return
     slots = [len(h) for h in held_positions(allocator, req_to_token[row, :seq_len])]
     pool = allocator.pool
-    RELEASED.append({"rid": req.rid, "seq_len": seq_len, "unit_slots": slots,
+    state().released.append({"rid": req.rid, "seq_len": seq_len, "unit_slots": slots,
                      "kv_bytes": pool.kv_bytes(slots), "full_kv_bytes": pool.kv_bytes([seq_len] * len(slots)),
                      "finished": bool(req.finished())})

@@ -1,5 +1,5 @@
 """The HTTP edge: what a client sends is checked here, in the process that serves HTTP, before
-anything reaches the scheduler (DESIGN.md §6, trust boundary; targets declared in :mod:`.seam`,
+anything reaches the scheduler (DESIGN.md §6, trust boundary; targets declared in :mod:`..seam`,
 active with a policy like every other hook: a server started without one is stock SGLang, the
 Full KV baseline, and answers as stock does).
 
@@ -16,7 +16,7 @@ Full KV baseline, and answers as stock does).
     scheduler dies on them (rows of the wrong width raise in its own check; well-formed float32
     rows meet a bfloat16 weight: measured);
   - **KV-hint actions of type** ``sglang_pask.*`` that this server did not write (its own carry
-    an HMAC under a per-server key, :mod:`.request_tags`) are refused: structure tags, segment
+    an HMAC under a per-server key, :mod:`..managers.request_tags`) are refused: structure tags, segment
     ends and budgets never come from a client.
 
 * :class:`JsonObjectBody`, an ASGI middleware, innermost (it sees the body SGLang's
@@ -80,7 +80,7 @@ def after_validate_one_request(result, manager=None, obj=None, input_ids=None, *
         raise ValueError(err)
     hints = getattr(obj, "kv_hints", None)
     if hints is not None:
-        from sglang_pask.srt.request_tags import client_actions
+        from sglang_pask.srt.managers.request_tags import client_actions
 
         if forged := client_actions(hints):
             raise ValueError(f"kv_hints: action type {forged[0]!r} is reserved for the server "

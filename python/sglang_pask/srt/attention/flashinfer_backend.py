@@ -1,9 +1,9 @@
 """FlashInfer attention over per-unit KV sub-pools (GPU serving; the CPU reference is
-:class:`.attention.PaskTorchNativeAttnBackend`).
+:class:`.torch_native_backend.PaskTorchNativeAttnBackend`).
 
 SGLang's sliding-window FlashInfer path keeps two "KV views" (two wrappers, each planned with
 its own ``kv_indptr``/``kv_indices``) and picks one per layer. This backend generalises that to
-``U`` views, one per unit of :class:`.pools.PaskKVPool`:
+``U`` views, one per unit of :class:`..mem_cache.pools.PaskKVPool`:
 
 * **Index streams** (:func:`build_unit_indices`, once per forward): for unit ``u`` and request
   ``i`` (row ``r_i = req_pool_indices[i]``, length ``n_i``), the keys are the *held* unit slots
@@ -15,7 +15,7 @@ its own ``kv_indptr``/``kv_indices``) and picks one per layer. This backend gene
   Wrapper``; all share SGLang's FlashInfer float workspace (each wrapper has its own int
   workspace, so plans do not clobber one another). Layer ``l`` uses the wrappers of unit
   ``pool.unit_of[l]`` and reads ``pool.get_kv_buffer(l)`` (the unit buffer, unit-slot indexed).
-* **Writes** go through :meth:`.pools.PaskKVPool.set_kv_buffer` with the batch's full ids
+* **Writes** go through :meth:`..mem_cache.pools.PaskKVPool.set_kv_buffer` with the batch's full ids
   (``out_cache_loc``); the pool translates them to unit slots.
 
 Decode: the new token is allocated (mapped in every unit) and written before attention, and
@@ -65,7 +65,8 @@ from typing import Optional
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
-from sglang_pask.srt import segment_views, window_stats
+from sglang_pask.srt.attention import window_stats
+from sglang_pask.srt.mem_cache import segment_views
 
 _CUDA_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend re-plans its per-unit KV indices on the host "
                    "every forward and cannot run under CUDA graphs; start the server with "
@@ -96,7 +97,7 @@ def build_unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_po
         Invariants: ``kv_indptr[0] == 0``; ``kv_indptr`` is non-decreasing with
         ``kv_indptr[i+1] - kv_indptr[i] <= seq_lens[i]``; ``kv_indices[kv_indptr[i]:kv_indptr[i+1]]``
         equals ``mapping[u, req_to_token[r_i, :seq_lens[i]]]`` with the zeros removed, in logical
-        order (the slots of :func:`.segment_views.held_slots`); every entry is ``> 0``.
+        order (the slots of :func:`..mem_cache.segment_views.held_slots`); every entry is ``> 0``.
     """
     device = mapping.device
     num_units = int(mapping.shape[0])
@@ -197,7 +198,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         from sglang.srt.environ import envs
         from sglang.srt.runtime_context import get_buffer, get_parallel
 
-        from sglang_pask.srt.pools import PaskKVPool
+        from sglang_pask.srt.mem_cache.pools import PaskKVPool
 
         pool = model_runner.token_to_kv_pool
         if not isinstance(pool, PaskKVPool):
@@ -335,7 +336,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         """The requests of this forward whose queries the recorder keeps, with each unit's held
         (slots, positions) over the whole sequence (this forward's tokens included: they are
         mapped before the forward and written by the time :meth:`_record` runs)."""
-        from sglang_pask.srt.segment_views import held_slots
+        from sglang_pask.srt.mem_cache.segment_views import held_slots
 
         decode = fb.forward_mode.is_decode()
         rows = [int(r) for r in fb.req_pool_indices.tolist()]

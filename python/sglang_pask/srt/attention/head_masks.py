@@ -21,8 +21,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-#: request-pool row -> unit -> (positions int64 [n], mask bool [kv_heads, n])
-MASKS: dict[int, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
+from sglang_pask.srt.state import state
+
+
+def masks() -> dict[int, dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+    """request-pool row -> unit -> (positions int64 [n], mask bool [kv_heads, n]): this scheduler's
+    (:attr:`~..state.PaskState.head_masks`)."""
+    return state().head_masks
 
 
 def store(row: int, unit: int, positions: np.ndarray, mask: np.ndarray) -> None:
@@ -32,7 +37,7 @@ def store(row: int, unit: int, positions: np.ndarray, mask: np.ndarray) -> None:
     mask = np.asarray(mask, dtype=bool)
     if mask.shape != (mask.shape[0], len(positions)):
         raise ValueError(f"head mask of shape {mask.shape} for {len(positions)} kept positions")
-    units = MASKS.setdefault(int(row), {})
+    units = masks().setdefault(int(row), {})
     if mask.all():
         units.pop(int(unit), None)
     else:
@@ -41,13 +46,14 @@ def store(row: int, unit: int, positions: np.ndarray, mask: np.ndarray) -> None:
 
 def masked(rows) -> bool:
     """Whether any of ``rows`` has a head hiding a position."""
-    return any(MASKS.get(int(r)) for r in rows)
+    held = masks()
+    return any(held.get(int(r)) for r in rows)
 
 
 def allow(row: int, unit: int, k_pos: torch.Tensor) -> Optional[torch.Tensor]:
     """bool ``[kv_heads, nk]``: which of the held positions ``k_pos`` (int64 sorted ``[nk]``)
     each KV head reads; None: every head reads every one."""
-    entry = MASKS.get(int(row), {}).get(int(unit))
+    entry = masks().get(int(row), {}).get(int(unit))
     if entry is None:
         return None
     pos, mask = entry
@@ -69,4 +75,4 @@ def view_mask(row: int, unit: int, retained: np.ndarray) -> Optional[np.ndarray]
 def forget(row: Optional[int]) -> None:
     """The row's request is gone (released) or a new one starts in it."""
     if row is not None:
-        MASKS.pop(int(row), None)
+        masks().pop(int(row), None)

@@ -12,8 +12,8 @@ Called from the prefill hooks (:mod:`.prefill_hooks`):
   prefill ending at ``S``; SGLang tracks one chunked request at a time, so while another is in
   flight the request waits for the next round (``AddReqResult.OTHER``).
 * after SGLang publishes a prefill or chunk, :func:`ensure_segment` drops, in every unit, the
-  segment positions the rule does not keep: in :meth:`.radix_cache.PaskRadixCache.checkpoint`
-  right after the tree's insert (capped at ``S`` by :mod:`.radix_tags`; also the insert of a
+  segment positions the rule does not keep: in :meth:`..mem_cache.radix_cache.PaskRadixCache.checkpoint`
+  right after the tree's insert (capped at ``S`` by :mod:`..mem_cache.radix_tags`; also the insert of a
   request that finishes at prefill), and with the radix cache off after
   ``mem_cache.common.checkpoint_kv_cache`` (:func:`publish`). Idempotent: a segment the tree already
   holds compressed loses nothing more; deterministic: any request computes the same set.
@@ -25,7 +25,7 @@ prefilled. With the radix cache on, the tree keeps the segment whole (stamped ``
 request that matches it reuses it (no recompute), a miss publishes its own once its whole prompt
 is prefilled (SGLang frees the copy of a request that finds the segment already there and points
 it at the tree's slots), and either then reads only the kept positions through its view
-(:mod:`.segment_views`); nothing is cut.
+(:mod:`..mem_cache.segment_views`); nothing is cut.
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ import logging
 import numpy as np
 import torch
 
-from sglang_pask.srt.request_tags import tags_of
+from sglang_pask.srt.managers.request_tags import tags_of
+from sglang_pask.srt.state import state
 
 logger = logging.getLogger("sglang_pask")
 
-COUNTERS = {"segments_compressed": 0, "segment_slots_dropped": 0, "segment_chunks_forced": 0,
-            "segment_chunks_deferred": 0}
 
 
 def segment_kept_units(req, config) -> list[np.ndarray]:
@@ -85,8 +84,8 @@ def ensure_segment(req, req_to_token: torch.Tensor, allocator, config) -> int:
         if drop.size:
             freed += allocator.drop(u, full_ids[torch.from_numpy(drop)])
     if freed:
-        COUNTERS["segments_compressed"] += 1
-        COUNTERS["segment_slots_dropped"] += freed
+        state().segments["segments_compressed"] += 1
+        state().segments["segment_slots_dropped"] += freed
     return freed
 
 
@@ -117,7 +116,7 @@ def segment_admission(admission, adder, req, config, kwargs):
     if not admission.prefix_len < s < end:
         return admission
     if kwargs.get("has_chunked_req") or adder.new_chunked_req is not None:
-        COUNTERS["segment_chunks_deferred"] += 1
+        state().segments["segment_chunks_deferred"] += 1
         return AddReqResult.OTHER
-    COUNTERS["segment_chunks_forced"] += 1
+    state().segments["segment_chunks_forced"] += 1
     return _PrefillAdmission(admission.prefix_len, s - admission.prefix_len, 0, True, admission.replay_len)

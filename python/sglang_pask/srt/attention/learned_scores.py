@@ -8,11 +8,11 @@ prefill/extend, every chunk of a chunked prefill, and decode when the method com
 prefill end: no extra forward. Each captured row goes straight through the scorer's own
 :meth:`~sglang_pask.methods.learned.LearnedScorer.scores` and is stored by the token's full id
 (``forward_batch.out_cache_loc``, which the model runner's ``forward`` hands over for the length of
-the forward: :func:`around_forward`). At a compression :mod:`.persist` reads the scores of each
+the forward: :func:`around_forward`). At a compression :mod:`..managers.persist` reads the scores of each
 layer's held positions (:meth:`LearnedScores.heads`), aligned as the runner's ``learned_heads``.
 
 State: one :class:`LearnedScores` per scheduler, owned by its KV pool
-(:attr:`~.pools.PaskKVPool.learned_scores`: the scores live in the pool's full-id space, as its
+(:attr:`~..mem_cache.pools.PaskKVPool.learned_scores`: the scores live in the pool's full-id space, as its
 ``mapping``). ``scores``: float32 ``[L, full_size + 2, kv_heads]`` (the pool's full ids, sentinel
 column included), a slot's row written by the forward that writes its KV; a full id freed and
 reused is overwritten by its next writer. Under the ``prefill`` schedule only prompt positions
@@ -141,7 +141,7 @@ class LearnedScores:
 def after_init_backends(_result, runner) -> None:
     """``ModelRunner.init_attention_backends`` (AFTER): with a ``learned_heads`` serving method,
     the scores (sized by the pool's full ids) and the capture hooks on the loaded model."""
-    from sglang_pask.srt.pools import PaskKVPool
+    from sglang_pask.srt.mem_cache.pools import PaskKVPool
     from sglang_pask.srt.serving import active_config
 
     pool = getattr(runner, "token_to_kv_pool", None)
