@@ -290,13 +290,20 @@ def _matching_record(path: str, key: dict, free: tuple, flag: str) -> tuple[dict
     return other, theirs
 
 
+#: fields only the search reads, and which policies a run writes: a record that differs in them
+#: measured the same sensitivity (and, at the same budgets, the same distortion)
+SEARCH_SIDE = ("search_start", "main_budget")
+
+
 def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     """Copy into ``doc`` the stages it lacks from the record at ``path``, whose configuration must
-    equal ``key`` except for the code that wrote it and :data:`SEARCH_ONLY` (ValueError naming the
-    first field that differs otherwise). Returns the stages adopted; ``doc["reused"]`` names them
-    and their code."""
-    other, theirs = _matching_record(path, key, SEARCH_ONLY, "--reuse-stages")
-    taken = [s for s in REUSABLE_STAGES if s not in doc and s in other]
+    equal ``key`` except for the code that wrote it, :data:`SEARCH_ONLY`, :data:`SEARCH_SIDE` and
+    the budgets (ValueError naming the first field that differs otherwise); the distortion, which is
+    measured per budget, only from a record of the same budgets. Returns the stages adopted;
+    ``doc["reused"]`` names them and their code."""
+    other, theirs = _matching_record(path, key, SEARCH_ONLY + SEARCH_SIDE + ("budgets",), "--reuse-stages")
+    same_budgets = list(theirs.get("budgets", [])) == list(key.get("budgets", []))
+    taken = [s for s in REUSABLE_STAGES if s not in doc and s in other and (s != "distortion" or same_budgets)]
     for s in taken:
         doc[s] = other[s]
         if s in other.get("timings_s", {}):
