@@ -118,7 +118,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
             firsts = [n - 1 for n in lens] if decode else forward_batch.extend_prefix_lens.tolist()
             for r, first, n in zip(rows, firsts, lens):
                 self.recorder.begin(r, int(first), int(n))
-        # $SGLANG_PASK_BATCHED_DECODE=0: request by request (what bench/decode_profile.py compares)
+        # $SGLANG_PASK_BATCHED_DECODE=0: request by request (what experiments/decode_profile.py compares)
         batched = envs.SGLANG_PASK_BATCHED_DECODE.get()
         if (batched and decode and rows and (self.recorder is None or not self.recorder.recording(rows))
                 and not head_masks.masked(rows)):
