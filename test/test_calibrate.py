@@ -319,7 +319,8 @@ def test_search_resumes_member_by_member():
 def test_reuse_stages_adopts_only_a_matching_record(tmp_path):
     """``--reuse-stages``: the stages a record of other code measured are adopted (with their
     timings, and the record names the code) only when every configuration field but ``code``
-    matches; a differing field is refused naming it; the search is never adopted, and stages the
+    matches, but the budgets (then only the sensitivity, which is measured per group and class, not
+    per budget); a differing field is refused naming it; the search is never adopted, and stages the
     run already holds are kept."""
     from sglang_pask.calibrate.pipeline import ReuseError, adopt_stages
     from sglang_pask.calibrate.report import _reused_line
@@ -338,8 +339,12 @@ def test_reuse_stages_adopts_only_a_matching_record(tmp_path):
                                               "configuration): sensitivity, distortion.")
     held = {"config": key, "sensitivity": {"s": 2}}
     assert adopt_stages(held, key, str(path)) == ["distortion"] and held["sensitivity"] == {"s": 2}
-    with pytest.raises(ReuseError, match=r"its budgets is \[0\.33\], this run's \[0\.2\]"):
-        adopt_stages({}, {**key, "budgets": [0.2]}, str(path))
+    # other budgets: the sensitivity is adopted, the distortion (measured per budget) is not
+    budgets = {**key, "budgets": [0.2]}
+    fresh = {"config": budgets}
+    assert adopt_stages(fresh, budgets, str(path)) == ["sensitivity"] and "distortion" not in fresh
+    with pytest.raises(ReuseError, match=r"its model is 'm', this run's 'n'"):
+        adopt_stages({}, {**key, "model": "n"}, str(path))
     # fields only the search reads do not change what the stages measured
     other = {**key, "search_objective": "kl", "search_passes": 1, "check_n": 24, "attention_blend": True}
     assert adopt_stages({"config": other}, other, str(path)) == ["sensitivity", "distortion"]

@@ -179,7 +179,7 @@ def test_wrong_model_names_the_policies_that_fit(tmp_path):
     from sglang_pask.policy.binding import ModelBinding
     from sglang_pask.policy.flag import fitting_policies, flag_error
 
-    fc = DEFAULT_POLICY.parent / "pask-tiny-fc.json"
+    fc = DEFAULT_POLICY.parent / "pask-tiny-fc.b0.33.json"
     line = flag_error(str(fc), str(TINY_RANDOM))
     fits = fitting_policies(str(fc.parent), str(TINY_RANDOM))
     want = ModelBinding.from_model(str(TINY_RANDOM)).fingerprint

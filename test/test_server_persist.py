@@ -175,7 +175,7 @@ def test_released_requests_held_budget_fraction(persist_server, client):
     op = state["operating_point"]
     assert op["schedule"] == {"value": "continuous", "source": "flag"} and op["overridden"] == {"schedule": "prefill"}
     assert op["interval"]["source"] == "policy" and op["segment"] == {"value": "none", "source": "policy"}
-    assert ("sglang_pask: pask-tiny-fc.json overrides the policy's operating point: --pask-schedule continuous "
+    assert (f"sglang_pask: {POLICY.name} overrides the policy's operating point: --pask-schedule continuous "
             "(policy: prefill)") in persist_server.log()
     assert state["method"]["policy"]["name"] == json.loads(POLICY.read_text())["name"]
     # which compression operators run (csrc when `make install` built them), at start-up and here
