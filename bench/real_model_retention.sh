@@ -9,7 +9,7 @@
 # SnapKV per KV head, AdaKV, Expected Attention, KVzip (kvpress's defaults), and the shipped PASK
 # policy of each budget (calibrated on bfcl calib entries only). Nothing is chosen on these entries.
 # Then, for PASK's right -> wrong flips, what it dropped that the call copies (bench/flip_causes.py).
-# Resumable cell by cell (rerun the same command); hours on 2 cores: run it in the background.
+# Resumable entry by entry (rerun the same command); hours on 2 cores: run it in the background.
 #   bash bench/real_model_retention.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ RECORD=${RECORD:-bench/results/$NAME-calibration/$NAME.calibration.json}
 DATA="bfcl:$SIZES:eval:exclude=$RECORD"
 BUDGETS=${BUDGETS:-0.33 0.2}
 BASELINES=${BASELINES:-kvzip snapkv:per_head=true adakv expected_attention streaming}
-OUT=${OUT:-runs/real-model-retention}
+OUT=${OUT:-experiments/runs/real-model-retention}  # resume state, committed (sessions do not keep runs/)
 RESULTS=${RESULTS:-bench/results/$NAME-retention}
 PASK=${PASK:-.venv/bin/pask}
 [[ -f "$MODEL/config.json" ]] || make -s real-model
