@@ -75,3 +75,30 @@ def test_quality_of_a_perfect_scorer():
     q = sc.quality(scorer, [sc.Sample("s", x, [np.maximum(k, 0) for k in kv])])
     assert q["mean"]["spearman"] == pytest.approx(1.0, abs=1e-3)
     assert q["pooled"]["0.2"] == 1.0 and q["mean"]["recall@0.33"] == 1.0
+
+
+def test_a_sample_of_a_large_split_and_its_held_out_part(tmp_path, capsys):
+    """``--n N --skip M``: N entries after the first M, round-robin over the split's categories (so
+    BFCL's calib sample spans its 6 categories -- calib=25 leaves none of the two small live ones --
+    and two samples are disjoint); out of range is refused naming
+    the split's size; a report on prompts the scorer was fitted on is refused by id."""
+    fit = sc.entries_of("bfcl:all:calib=25", 16)
+    held = sc.entries_of("bfcl:all:calib=25", 8, skip=16)
+    assert len({e.category for e in fit}) == 6 and len(held) == 8
+    assert not {e.id for e in fit} & {e.id for e in held}
+    with pytest.raises(ValueError, match=r"'synthetic:train:5:tiny' has 5 entries: cannot take 4 after the first 2"):
+        sc.entries_of("synthetic:train:5:tiny", 4, skip=2)
+    a = tmp_path / "a.safetensors"
+    assert main(["fit-scorer", "--model", str(TINY_FC), "--data", "synthetic:train:8:tiny", "--n", "4",
+                 "--val-n", "2", "--out", str(a)]) == 0
+    h = LearnedScorer.load(a).header["data"]
+    assert h["sample"] == {"n": 4, "skip": 0, "order": "round-robin over categories"}
+    assert sc.described(h) == "synthetic:train:8:tiny --n 4 --skip 0"
+    capsys.readouterr()
+    out = tmp_path / "report"
+    assert main(["scorer-report", "--model", str(TINY_FC), "--scorer", str(a), "--data", "synthetic:train:8:tiny",
+                 "--n", "3", "--skip", "3", "--out", str(out)]) == 2  # entry 3 was fitted on
+    assert "1 of the 3 prompts" in capsys.readouterr().err
+    assert main(["scorer-report", "--model", str(TINY_FC), "--scorer", str(a), "--data", "synthetic:train:8:tiny",
+                 "--n", "4", "--skip", "4", "--out", str(out)]) == 0
+    assert "--n 4 --skip 4" in (out / "report.md").read_text()

@@ -180,6 +180,14 @@ def _fit_scorer_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-n", type=int, default=50, help="held-out prompts that choose each layer's penalty "
                    "(default 50)")
     p.add_argument("--n-sink", type=int, default=4, help="first positions left out of fitting (default 4, KVzip's)")
+    _take_options(p)
+
+
+def _take_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=int, default=None, help="read N of the split's entries, taken round-robin over "
+                   "its categories (default: every entry; a large split such as bfcl:all:calib=25 needs it)")
+    p.add_argument("--skip", type=int, default=0, help="with --n: after the first SKIP of that order (a "
+                   "held-out sample disjoint from a fit's --n N: --skip N)")
 
 
 @command("fit-scorer", "fit the learned scorer (KVzap, linear) to KVzip's scores on train prompts", _fit_scorer_setup)
@@ -196,10 +204,16 @@ def fit_scorer(args: argparse.Namespace) -> int:
         print(f"pask fit-scorer: {e}", file=sys.stderr)
         return 2
     elapsed = sc.timer()
-    samples = sc.collect(args.model, args.data, args.n_sink)
+    try:
+        entries = sc.entries_of(args.data, args.n, args.skip)
+    except ValueError as e:
+        print(f"pask fit-scorer: {e}", file=sys.stderr)
+        return 2
+    samples = sc.collect(args.model, entries, args.n_sink)
     t_collect = elapsed()
     scorer = sc.fit(samples, ModelBinding.from_model(args.model), model_path=os.path.normpath(args.model),
-                    spec=args.data, seed=args.seed, val_n=args.val_n, n_sink=args.n_sink)
+                    spec=args.data, seed=args.seed, val_n=args.val_n, n_sink=args.n_sink,
+                    sample=sc.take(args.data, args.n, args.skip))
     sha = scorer.save(args.out)
     c = scorer.header["counts"]
     print(f"fitted on {c['prompts_fit']} prompts ({c['positions_fit']} positions), penalty chosen on "
@@ -219,6 +233,7 @@ def _scorer_report_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="held-out prompts, e.g. synthetic:calib:100:tiny (train or calib "
                    "splits only; never eval)")
     p.add_argument("--out", required=True, help="folder for report.md and fit_quality.json")
+    _take_options(p)
 
 
 @command("scorer-report", "the learned scorer's fit quality against KVzip's scores on held-out prompts",
@@ -239,24 +254,31 @@ def scorer_report(args: argparse.Namespace) -> int:
         print(f"pask scorer-report: {e}", file=sys.stderr)
         return 2
     fitted = scorer.header.get("data", {})
-    here = sc.check_split(args.data)
-    if fitted.get("spec") and (fitted["spec"].split(":")[0], fitted.get("split")) == (here["kind"], here["split"]):
-        print(f"pask scorer-report: {args.data} is the split the scorer was fitted on; measure on held-out "
-              "prompts", file=sys.stderr)
+    try:
+        entries = sc.entries_of(args.data, args.n, args.skip)
+    except ValueError as e:
+        print(f"pask scorer-report: {e}", file=sys.stderr)
+        return 2
+    seen = set(fitted.get("fit_ids", [])) | set(fitted.get("val_ids", []))
+    if overlap := [e.id for e in entries if e.id in seen]:
+        print(f"pask scorer-report: {len(overlap)} of the {len(entries)} prompts of {args.data} (e.g. "
+              f"{overlap[0]}) are ones the scorer was fitted on; measure on held-out prompts"
+              + (" (--n N --skip M: another part of the split)" if args.n else ""), file=sys.stderr)
         return 2
     elapsed = sc.timer()
     n_sink = int(scorer.header.get("targets", {}).get("n_sink", 4))
-    samples = sc.collect(args.model, args.data, n_sink)
+    samples = sc.collect(args.model, entries, n_sink)
     q = sc.quality(scorer, samples, n_sink)
-    q.update(model=args.model, scorer=args.scorer, scorer_sha256=scorer_sha256(args.scorer), data=args.data,
-             n_sink=n_sink, scorer_data=scorer.header.get("data", {}).get("spec"), seconds=round(elapsed(), 1))
+    took = f" --n {args.n} --skip {args.skip}" if args.n else ""
+    q.update(model=args.model, scorer=args.scorer, scorer_sha256=scorer_sha256(args.scorer), data=args.data + took,
+             n_sink=n_sink, scorer_data=sc.described(fitted), seconds=round(elapsed(), 1))
     text = (f"# Learned scorer fit quality\n\nScorer `{args.scorer}` (sha256 `{q['scorer_sha256']}`, fitted on "
-            f"`{q['scorer_data']}`) against KVzip's scores on `{args.data}`: {q['prompts']} prompts, "
+            f"`{q['scorer_data']}`) against KVzip's scores on `{q['data']}`: {q['prompts']} prompts, "
             f"{q['positions']} non-sink positions (the first {n_sink} left out). Per prompt, then averaged: "
             "Spearman's rank correlation; recall@f = |top-k(predicted) ∩ top-k(KVzip)| / k with k = f x the "
             "prompt's non-sink positions, per layer and KV head; pooled = every (layer, head, position) of a "
             "prompt ranked together.\n\n" + sc.table(q) + "\n\n"
-            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data} "
+            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data}{took} "
             f"--out {args.out}`\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:

@@ -51,12 +51,38 @@ class Sample:
     kvzip: list[np.ndarray]
 
 
-def collect(model_dir: str, spec: str, n_sink: int = 4, progress: Optional[Callable[[int, int], None]] = None
-            ) -> list[Sample]:
-    """The samples of every prompt of ``spec`` (module docstring)."""
+def take(spec: str, n: Optional[int] = None, skip: int = 0) -> Optional[dict]:
+    """Which entries of ``spec`` a scorer file or a report read, as stored: None for every entry."""
+    return None if n is None else {"n": n, "skip": skip, "order": "round-robin over categories"}
+
+
+def described(data: dict) -> Optional[str]:
+    """A scorer header's ``data`` block in one line: its spec, and the sample when it took one."""
+    t = data.get("sample")
+    return data.get("spec") if not t else f"{data.get('spec')} --n {t['n']} --skip {t['skip']}"
+
+
+def entries_of(spec: str, n: Optional[int] = None, skip: int = 0) -> list:
+    """The entries of ``spec`` (a train or calib split); with ``n``, ``n`` of them after the first
+    ``skip`` taken round-robin over its categories (:func:`~sglang_pask.eval.data.stratified`: a
+    large split such as BFCL's calib gives a sample of every category, and two disjoint samples
+    for fitting and measuring)."""
+    from sglang_pask.eval.data import load_spec, stratified
+
+    check_split(spec)
+    entries = load_spec(spec)
+    if n is None:
+        return entries
+    if n < 1 or skip < 0 or skip + n > len(entries):
+        raise ValueError(f"{spec!r} has {len(entries)} entries: cannot take {n} after the first {skip}")
+    return stratified(entries, skip + n)[skip:]
+
+
+def collect(model_dir: str, entries: Sequence, n_sink: int = 4,
+            progress: Optional[Callable[[int, int], None]] = None) -> list[Sample]:
+    """The samples of ``entries`` (:func:`entries_of`; module docstring)."""
     import torch
 
-    from sglang_pask.eval.data import load_spec
     from sglang_pask.eval.harness import Settings, build_request
     from sglang_pask.eval.hf_backend import runner_body
     from sglang_pask.hf.kvzip import kvzip_heads
@@ -64,8 +90,6 @@ def collect(model_dir: str, spec: str, n_sink: int = 4, progress: Optional[Calla
     from sglang_pask.hf.runner import Runner
     from sglang_pask.methods import make_method
 
-    check_split(spec)
-    entries = load_spec(spec)
     runner = Runner(model_dir, method=make_method("kvzip", 0.33, schedule="prefill", n_sink=n_sink),
                     grammar="sglang")
     settings = Settings(max_tokens=128, tool_choice="required")
@@ -93,7 +117,7 @@ def _rows(samples: Sequence[Sample], layer: int, n_sink: int) -> tuple[np.ndarra
 
 
 def fit(samples: Sequence[Sample], binding, *, model_path: str, spec: str, seed: int = 0, val_n: int = 50,
-        n_sink: int = 4):
+        n_sink: int = 4, sample: Optional[dict] = None):
     """The :class:`~sglang_pask.methods.learned.LearnedScorer` fitted on ``samples`` (module docstring)."""
     from sglang_pask.methods.learned import LAMBDAS, LearnedScorer, fit_layer
 
@@ -115,6 +139,7 @@ def fit(samples: Sequence[Sample], binding, *, model_path: str, spec: str, seed:
     header = {
         "model_path": model_path,
         "data": {"spec": spec, "split": check_split(spec)["split"], "seed": seed,
+                 **({"sample": sample} if sample else {}),
                  "fit_ids": [s.id for s in fit_s], "val_ids": [s.id for s in val_s],
                  "rendering": "build_request -> runner_body -> Runner.forward_request, tool_choice required"},
         "targets": {"statistic": "kvzip_heads", "n_sink": n_sink, "chunk_size": 2048, "sinks_excluded": True},
