@@ -110,7 +110,7 @@ real-model: install
 clean-venv:
 	rm -rf $(VENV)
 
-# docs/results.md from bench/results/ (test/test_results_page.py fails when the page is stale).
+# docs/results.md from bench/results/ (test/unit/repo/test_results_page.py fails when the page is stale).
 .PHONY: results-page
 results-page: install
 	$(PY) bench/results_page.py
