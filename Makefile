@@ -23,11 +23,11 @@ TOOL_STRICT ?= 0
 # The model's tool-call parser: the table of model families (python/sglang_pask/model_families.py)
 TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL) 2>/dev/null)
 PYTEST_ARGS ?=
-# pytest-xdist workers of `make test` (conftest.py groups the tests that share a server on one worker)
+# pytest-xdist workers of `make test` (test/xdist_groups.py groups the tests that share a server on one worker)
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-.PHONY: install serve test test-fast bench lint model clean-venv csrc-check
+.PHONY: install serve test test-fast test-durations bench lint model clean-venv csrc-check
 
 install: $(STAMP)
 
@@ -78,6 +78,11 @@ test: install
 # The developer's loop: every test that starts no server (1.9 min on 2 cores, two workers).
 test-fast: install
 	$(PY) -m pytest test -m "not server" $(XDIST) $(PYTEST_ARGS)
+
+# `make test`, also writing each xdist group's seconds into test/durations.json (the order `make test`
+# sends the groups in: longest first); commit the file. A run of part of the suite updates only its groups.
+test-durations: install
+	$(PY) -m pytest test $(XDIST) --write-durations test/durations.json $(PYTEST_ARGS)
 
 # Compile-check csrc's CUDA sources with nvcc (nothing built here runs without a GPU; CI runs it).
 csrc-check: install

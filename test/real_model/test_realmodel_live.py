@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import REAL_MODEL, ROOT
 
-pytestmark = pytest.mark.real_model
+pytestmark = pytest.mark.server  # it starts a live server (the folder gives real_model)
 
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city.",

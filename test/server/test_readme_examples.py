@@ -12,6 +12,10 @@ import pytest
 from conftest import ROOT
 from sglang_pask.testing import HARD_PORT, documented_blocks, readme_blocks, run_readme_block
 
+#: the blocks that need a server look fc_server up (request.getfixturevalue), which the collection
+#: hook cannot see: the module names its group itself
+pytestmark = pytest.mark.xdist_group("fc_server")
+
 BLOCKS = documented_blocks(ROOT)
 
 
