@@ -23,11 +23,11 @@ TOOL_STRICT ?= 0
 # The model's tool-call parser: the table of model families (python/sglang_pask/model_families.py)
 TOOL_PARSER ?= $(shell $(PY) -m sglang_pask.model_families parser $(MODEL) 2>/dev/null)
 PYTEST_ARGS ?=
-# pytest-xdist workers of `make test` (conftest.py groups the tests that share a server on one worker)
+# pytest-xdist workers of `make test` (test/xdist_groups.py groups the tests that share a server on one worker)
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-.PHONY: install serve test test-fast bench lint model clean-venv csrc-check
+.PHONY: install serve test test-fast test-durations bench lint model clean-venv csrc-check
 
 install: $(STAMP)
 
@@ -79,6 +79,11 @@ test: install
 test-fast: install
 	$(PY) -m pytest test -m "not server" $(XDIST) $(PYTEST_ARGS)
 
+# `make test`, also writing each xdist group's seconds into test/durations.json (the order `make test`
+# sends the groups in: longest first); commit the file. A run of part of the suite updates only its groups.
+test-durations: install
+	$(PY) -m pytest test $(XDIST) --write-durations test/durations.json $(PYTEST_ARGS)
+
 # Compile-check csrc's CUDA sources with nvcc (nothing built here runs without a GPU; CI runs it).
 csrc-check: install
 	PY=$(PY) bash csrc/check.sh
@@ -110,7 +115,7 @@ real-model: install
 clean-venv:
 	rm -rf $(VENV)
 
-# docs/results.md from bench/results/ (test/test_results_page.py fails when the page is stale).
+# docs/results.md from bench/results/ (test/unit/repo/test_results_page.py fails when the page is stale).
 .PHONY: results-page
 results-page: install
 	$(PY) bench/results_page.py

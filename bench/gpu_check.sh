@@ -3,7 +3,7 @@
 # here runs on CPU, and without CUDA it stops at once, naming why). Writes everything under OUT:
 #   1. env.txt          the GPU, driver, torch / SGLang / FlashInfer versions it found
 #   2. build.log        csrc built with its CUDA sources (setup.py build_ext --inplace)
-#   3. tests.log        csrc's operators on CUDA vs the reference (test/test_ops.py runs them on CUDA too where torch sees a GPU),
+#   3. tests.log        csrc's operators on CUDA vs the reference (test/unit/ops/test_ops.py runs them on CUDA too where torch sees a GPU),
 #                       the FlashInfer index streams and backend checks that need a GPU (with sglang only)
 #      throws.txt       bench/ops_throw_check.py: each operator's bad-input error raises on CPU and CUDA
 #   4. ops/             bench/gpu_ops_bench.py: top_n_mask compiled on CUDA and CPU vs the reference, and
@@ -51,8 +51,8 @@ $PY -c "from sglang_pask import ops; print(ops.implementation())" | tee -a "$OUT
 echo "gpu_check: build ${SECONDS}s" | tee -a "$OUT/gpu_check.txt"
 
 has() { $PY -c "import $1" >/dev/null 2>&1; }
-tests=(test/test_ops.py)
-if has sglang; then tests+=(test/test_srt_flashinfer_indices.py)
+tests=(test/unit/ops/test_ops.py)
+if has sglang; then tests+=(test/unit/srt/test_srt_flashinfer_indices.py)
 else echo "gpu_check: sglang missing: test_srt_flashinfer_indices.py not run" | tee -a "$OUT/gpu_check.txt"; fi
 SECONDS=0
 $PY -m pytest -q -p no:cacheprovider "${tests[@]}" > "$OUT/tests.log" 2>&1

@@ -2,7 +2,7 @@
 command that wrote it, so the page cannot drift from the data.
 
     .venv/bin/python bench/results_page.py              # rewrite docs/results.md (= make results-page)
-    .venv/bin/python bench/results_page.py --out PATH   # write elsewhere (test/test_results_page.py)
+    .venv/bin/python bench/results_page.py --out PATH   # write elsewhere (test/unit/repo/test_results_page.py)
 
 What a folder contributes (only files it holds; standard library only, no model, seconds):
 
@@ -219,7 +219,7 @@ def folders() -> list[Path]:
 def page() -> str:
     out = ["# Results", "",
            f"Generated from `bench/results/` by `{COMMAND}` (`make results-page`); do not edit by hand.",
-           "`test/test_results_page.py` fails when this page and the folders differ. Each section is one",
+           "`test/unit/repo/test_results_page.py` fails when this page and the folders differ. Each section is one",
            "folder: the command that wrote it, how long it ran, and its tables (accuracy in % of exact",
            "calls, 95% bootstrap intervals). The model is `models/pask-tiny-fc` unless a section says",
            "otherwise; `b` is the fraction of Full KV kept.", ""]

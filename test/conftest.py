@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 from fixture_progress import pytest_fixture_setup  # noqa: F401  (a hook: progress for slow fixtures)
-from xdist_groups import pytest_collection_modifyitems  # noqa: F401  (a hook: server marks, xdist groups)
+from xdist_groups import (  # noqa: F401  (hooks: marks from the folder, xdist groups, durations.json)
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RANDOM = ROOT / "models" / "tiny-random-qwen3"

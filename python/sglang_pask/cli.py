@@ -11,7 +11,7 @@ registers from ``calibrate/commands.py``, above policy. The commands of top-leve
 here: ``env``, and ``tag`` (the view of :func:`sglang_pask.rendering.render_chat`, which sits above
 ``structure/``: a ``tag`` in ``structure/commands.py`` would import upward).
 
-Layering (``test/test_layering.py``): this module imports only ``sglang_pask``, ``paths``,
+Layering (``test/unit/core/test_layering.py``): this module imports only ``sglang_pask``, ``paths``,
 ``cpu_shim``, ``structure`` and ``rendering``; the ``commands.py`` modules import it, and it finds
 them by name at run time, not by import.
 """

@@ -23,7 +23,7 @@ keeps, or, for methods with :attr:`KVMethod.adaptive_heads` (AdaKV), what its ``
 average (``H * n`` head-slots in all, split among the heads by score). :meth:`CacheView.held` is
 a layer's head-slots divided by ``H`` (a whole number: every head gains each new token).
 
-Invariants every method satisfies (tested by looping over the registry, test/test_methods_*):
+Invariants every method satisfies (tested by looping over the registry, test/unit/methods/test_methods_*):
 
 * ``select`` returns, per layer, a sorted, duplicate-free subset of that layer's currently
   retained positions, of exactly ``allocation(view)[layer]`` elements (per-head methods: each

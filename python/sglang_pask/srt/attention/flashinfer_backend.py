@@ -53,7 +53,7 @@ The index streams are a snapshot of ``mapping`` taken when the forward is planne
 in-flight forward still reads.
 
 FlashInfer is imported lazily in :class:`PaskFlashInferAttnBackend`, so this module imports
-without it. On CPU (``test/test_srt_flashinfer_indices.py``) only the pure-torch parts and the
+without it. On CPU (``test/unit/srt/test_srt_flashinfer_indices.py``) only the pure-torch parts and the
 planning/dispatch glue (against a torch stand-in for the wrappers) are tested; the kernels are not.
 """
 
