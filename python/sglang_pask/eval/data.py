@@ -19,6 +19,10 @@ An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer
   ``synthetic:SPLIT:N[:PROFILE]``       N generated entries of split train|calib|eval (synthetic.py)
   ``synthetic:SPLIT:N[:PROFILE]:group=K`` the same in blocks of K (1..64) consecutive entries
                                         sharing one tools block, e.g. ``synthetic:eval:200:tiny:group=10``
+  ``synthetic:...:exclude=RECORD``      without the entries a calibration used (the first N of a
+                                        split are the same for every larger N), e.g.
+                                        ``synthetic:calib:800:tiny:exclude=R`` after a calibration on
+                                        ``synthetic:calib:600:tiny``: the 200 calib entries it never read
   ``file:PATH``                         a directory written by ``synthetic.write_dataset`` (or any
                                         ``<category>.jsonl`` + ``possible_answer/<category>.jsonl``)
 
@@ -208,18 +212,20 @@ def stratified(entries: list[Entry], n: int) -> list[Entry]:
 
 
 def _parse_synthetic(spec: str, rest: str) -> dict:
-    form = "synthetic:SPLIT:N[:PROFILE][:group=K]"
+    form = "synthetic:SPLIT:N[:PROFILE][:group=K][:exclude=RECORD]"
     parts = rest.split(":")
     options = {}
     while len(parts) > 2 and "=" in parts[-1]:
         key, _, value = parts.pop().partition("=")
-        if key != "group" or key in options:
+        if key not in ("group", "exclude") or key in options:
             raise ValueError(f"bad spec {spec!r}: unknown or repeated option {key!r} (expected {form})")
         options[key] = value
     if len(parts) not in (2, 3) or not parts[1].isdigit():
         raise ValueError(f"bad spec {spec!r}: expected {form}")
     profile = parts[2] if len(parts) == 3 else "bfcl_like"
     out = {"spec": spec, "kind": "synthetic", "split": parts[0], "n": int(parts[1]), "profile": profile}
+    if "exclude" in options:
+        out["exclude"] = options["exclude"]
     if "group" in options:
         from sglang_pask.eval.synthetic import GROUP_MAX
 
@@ -252,5 +258,9 @@ def load_spec(spec: str) -> list[Entry]:
     if d["kind"] == "synthetic":
         from sglang_pask.eval import synthetic
 
-        return synthetic.generate(split=d["split"], n=d["n"], profile=d["profile"], group=d.get("group", 1))
+        entries = synthetic.generate(split=d["split"], n=d["n"], profile=d["profile"], group=d.get("group", 1))
+        if "exclude" in d:
+            used = calibration_ids(d["exclude"])
+            entries = [e for e in entries if (e.category, e.id) not in used]
+        return entries
     return load_dir(d["path"])

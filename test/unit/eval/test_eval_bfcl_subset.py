@@ -100,3 +100,20 @@ def test_per_category_sizes_and_a_calibrations_entries_excluded(tmp_path):
     assert not _keys(kept) & used and _keys(kept) == _keys(load_spec(wide)) - used
     with pytest.raises(ValueError, match="not a calibration record"):
         load_spec(f"{wide}:exclude={tmp_path / 'missing.json'}")
+
+
+def test_a_synthetic_split_without_a_calibrations_entries(tmp_path):
+    """``synthetic:...:exclude=RECORD``: a larger N of the same split starts with the smaller one's
+    entries, so excluding a calibration on ``calib:N`` leaves exactly the entries past its fit and
+    check (here: check every other entry, so all N were used)."""
+    import json
+
+    record = tmp_path / "s.calibration.json"
+    record.write_text(json.dumps({"config": {"data": "synthetic:calib:30:tiny", "seed": 0, "fit_n": 18,
+                                             "probe_n": 6}}))
+    first = load_spec("synthetic:calib:30:tiny")
+    kept = load_spec(f"synthetic:calib:40:tiny:exclude={record}")
+    assert _keys(load_spec("synthetic:calib:40:tiny")[:30]) == _keys(first)
+    assert _keys(kept) == _keys(load_spec("synthetic:calib:40:tiny")[30:])
+    with pytest.raises(ValueError, match=r"unknown or repeated option 'seed'"):
+        load_spec("synthetic:calib:40:tiny:seed=1")
