@@ -68,6 +68,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "scorer axis becomes learned / learned per KV head, so every policy it writes needs no "
                         "reconstruction forward; each such policy pins the file by name and sha256 and gets a "
                         "copy beside it")
+    p.add_argument("--equal-pools", action="store_true",
+                   help="with --attention-blend: only members the server's per-group KV pools hold at the "
+                        "budget -- b of every layer group (split share) and one set of positions per group "
+                        "(a scorer not per KV head); per-head sets and a split across groups serve fewer "
+                        "requests in the same KV bytes")
     p.add_argument("--baseline", default="snapkv", metavar="METHOD[:OPT=V...]",
                    help="the method every search member and the held-out check are paired with, at the same "
                         "schedule and budget: pass the strongest one on calib (default snapkv, per KV head; "
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                      check_n=args.check_n, signal=args.sensitivity_signal,
                      search_passes=args.search_passes, search_objective=args.search_objective,
                      reuse_stages=args.reuse_stages, attention_blend=args.attention_blend,
-                     search_start=args.search_start, scorer=args.scorer,
+                     search_start=args.search_start, scorer=args.scorer, equal_pools=args.equal_pools,
                      baseline=args.baseline, folds=args.folds, reuse_search=tuple(args.reuse_search))
         from pathlib import Path
 

@@ -61,7 +61,7 @@ from sglang_pask.policy.operating_point import OperatingPoint
 from sglang_pask.policy.schema import Policy
 from sglang_pask.structure.classes import PRECEDENCE
 
-__all__ = ["Member", "AXES", "BLEND_AXES", "LEARNED_AXES", "LEARNED_SCORERS", "JOINT_RANKS",
+__all__ = ["Member", "AXES", "BLEND_AXES", "LEARNED_AXES", "LEARNED_SCORERS", "JOINT_RANKS", "equal_pools",
            "PINS", "SPLITS", "START", "sensitivity_score",
            "class_order", "joint_score", "residual_shares", "compile_policy", "parse_start"]
 
@@ -154,6 +154,18 @@ BLEND_AXES: dict[str, tuple] = {**AXES, "scorer": tuple(k for k in SCORERS if k 
 #: the learned-scorer family (``pask calibrate --attention-blend --scorer FILE``): the residual
 #: reads only the learned scorer
 LEARNED_AXES: dict[str, tuple] = {**BLEND_AXES, "scorer": LEARNED_SCORERS}
+
+
+def equal_pools(axes: dict[str, tuple]) -> dict[str, tuple]:
+    """``axes`` without the members the server's per-group KV pools cannot hold at the budget
+    (``pask calibrate --equal-pools``): each layer group's pool holds b of a request's positions,
+    one slot per position for all the group's KV heads, so a member must keep b of every group
+    (``split`` share, not a ranking across groups) and one set of positions per group (a scorer not
+    per KV head: per-head sets fill a slot for their union)."""
+    return {**axes, "split": ("share",), "scorer": tuple(k for k in axes.get("scorer", ("window",))
+                                                          if not SCORERS[k][1])}
+
+
 #: where the search starts: StreamingLLM's 4 sinks, equal shares, a quarter of the budget recent
 START = Member(window_frac=0.25, top_k=0, alpha=0.0, sinks=4, tilt=0.0)
 

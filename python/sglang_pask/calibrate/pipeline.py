@@ -32,8 +32,10 @@ from sglang_pask.calibrate.family import (
     JOINT_RANKS,
     LEARNED_AXES,
     LEARNED_SCORERS,
+    SCORERS,
     Member,
     compile_policy,
+    equal_pools,
     joint_score,
     parse_start,
     sensitivity_score,
@@ -104,13 +106,16 @@ class Config:
     #: the learned scorer file (``pask fit-scorer``) the attention-informed family reads in place of
     #: the attention statistics (:data:`~.family.LEARNED_AXES`); empty: KVzip's and SnapKV's
     scorer: str = ""
+    #: only members the server's per-group pools hold at the budget (:func:`~.family.equal_pools`)
+    equal_pools: bool = False
 
     @property
     def axes(self) -> dict:
         """The family axes the search visits."""
         if not self.attention_blend:
             return AXES
-        return LEARNED_AXES if self.scorer else BLEND_AXES
+        axes = LEARNED_AXES if self.scorer else BLEND_AXES
+        return equal_pools(axes) if self.equal_pools else axes
 
     @property
     def scorer_pin(self) -> Optional[tuple[str, str]]:
@@ -132,7 +137,7 @@ class Config:
         key = {k: v for k, v in asdict(self).items()
                if k not in ("out", "segment_rule", "interval", "prefill_memo_mb", "check_n", "signal",
                             "search_passes", "search_objective", "reuse_stages", "attention_blend",
-                            "baseline", "folds", "reuse_search", "search_start", "scorer")}
+                            "baseline", "folds", "reuse_search", "search_start", "scorer", "equal_pools")}
         if self.check_n is not None:
             key["check_n"] = self.check_n
         rule = self.segment_rule.record()
@@ -156,6 +161,8 @@ class Config:
             key["search_start"] = self.search_start
         if self.scorer:  # the scorer's bytes, not where its file lies
             key["scorer_sha256"] = self.scorer_pin[1]
+        if self.equal_pools:
+            key["equal_pools"] = True
         for k in ("segment_budget", "segment_prefill"):
             if rule[k] != SegmentRule().record()[k]:
                 key[k] = rule[k]
@@ -186,6 +193,11 @@ class Config:
             raise ValueError(f"--search-start {self.search_start}: an attention-informed start needs --attention-blend")
         if self.scorer and not self.attention_blend:
             raise ValueError("--scorer is read by the attention-informed family: add --attention-blend")
+        if self.equal_pools and not self.attention_blend:
+            raise ValueError("--equal-pools restricts the attention-informed family: add --attention-blend")
+        if self.equal_pools and (start.split != "share" or SCORERS[start.scorer][1]):
+            raise ValueError(f"--search-start {self.search_start}: --equal-pools searches split=share and a "
+                             "scorer not per KV head; start there")
         if self.scorer:
             from sglang_pask.methods.learned import LearnedScorer, ScorerError
             from sglang_pask.policy.binding import ModelBinding
@@ -271,8 +283,8 @@ REUSABLE_STAGES = ("sensitivity", "distortion", "joint")
 
 #: configuration fields that only the search and the check read: a record that differs in them
 #: measured the same sensitivity and distortion
-SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend", "baseline", "folds",
-               "scorer_sha256")
+SEARCH_ONLY = ("code", "search_objective", "search_passes", "check_n", "attention_blend", "equal_pools", "baseline",
+               "folds", "scorer_sha256")
 
 
 #: what a record written before a configuration field existed measured under (no segment rule)
@@ -302,7 +314,7 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
     measured per budget, only from a record of the same budgets. Returns the stages adopted;
     ``doc["reused"]`` names them and their code."""
     other, theirs = _matching_record(path, key, SEARCH_ONLY + SEARCH_SIDE + ("budgets",), "--reuse-stages")
-    same_budgets = list(theirs.get("budgets", [])) == list(key.get("budgets", []))
+    same_budgets = sorted(theirs.get("budgets", [])) == sorted(key.get("budgets", []))
     taken = [s for s in REUSABLE_STAGES if s not in doc and s in other and (s != "distortion" or same_budgets)]
     for s in taken:
         doc[s] = other[s]
@@ -315,7 +327,8 @@ def adopt_stages(doc: dict, key: dict, path: str) -> list[str]:
 
 #: configuration fields a record whose scored members are reused may differ in (the members are
 #: the same policies scored on the same fit entries, paired with the same baseline)
-SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets", "scorer_sha256")
+SEARCH_FREE = ("code", "search_passes", "check_n", "attention_blend", "folds", "budgets", "scorer_sha256",
+               "equal_pools", "search_start")
 
 
 def reused_rows(path: str, key: dict, budget: str, passes: int) -> tuple[dict, Optional[list], Optional[str]]:

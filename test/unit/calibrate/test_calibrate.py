@@ -534,6 +534,30 @@ def test_scorer_members_compile_to_the_policy_statistic_and_head_split():
     assert not {"residual", "attention_blend", "attention_stat", "head_split", "residual_split"} & set(lookup)
 
 
+def test_equal_pools_searches_only_what_the_servers_pools_hold(tmp_path):
+    """``--equal-pools``: the attention-informed family without a split across groups and without
+    per-KV-head sets (the server's per-group pools hold b of each group, one slot per position);
+    the record says so, a record without it lends its members (same policies), and a start outside
+    the restricted family or the flag without ``--attention-blend`` is refused."""
+    from sglang_pask.calibrate.family import BLEND_AXES, LEARNED_AXES, equal_pools
+    from sglang_pask.calibrate.pipeline import SEARCH_FREE, SEARCH_ONLY, Config
+
+    assert equal_pools(LEARNED_AXES)["scorer"] == ("learned",) and equal_pools(LEARNED_AXES)["split"] == ("share",)
+    assert equal_pools(BLEND_AXES)["scorer"] == ("window", "kvzip")
+    assert {k: v for k, v in equal_pools(BLEND_AXES).items() if k not in ("scorer", "split")} == {
+        k: v for k, v in BLEND_AXES.items() if k not in ("scorer", "split")}
+    base = dict(model=str(FC), data="synthetic:calib:20:tiny", groups=2, budgets=(0.33,), out=str(tmp_path / "p.json"),
+                fit_n=10, probe_n=4)
+    cfg = Config(**base, attention_blend=True, equal_pools=True, search_start="blend=0.5,scorer=kvzip")
+    assert cfg.axes == equal_pools(BLEND_AXES) and cfg.record_key()["equal_pools"] is True
+    assert "equal_pools" not in Config(**base, attention_blend=True).record_key()
+    assert "equal_pools" in SEARCH_ONLY and "equal_pools" in SEARCH_FREE
+    with pytest.raises(ValueError, match="--equal-pools restricts the attention-informed family"):
+        Config(**base, equal_pools=True)
+    with pytest.raises(ValueError, match="--equal-pools searches split=share"):
+        Config(**base, attention_blend=True, equal_pools=True, search_start="blend=0.5,scorer=kvzip/heads")
+
+
 def test_learned_members_pin_their_scorer_and_write_it_beside_the_policy(tmp_path):
     """A member whose scorer is learned compiles to a residual that names the scorer file and pins
     its sha256; the policy hashes by the pin, not the path; written out, the policy gets the scorer
