@@ -222,7 +222,7 @@ def fit_scorer(args: argparse.Namespace) -> int:
     sha = scorer.save(args.out)
     c = scorer.header["counts"]
     print(f"fitted on {c['prompts_fit']} prompts ({c['positions_fit']} positions), penalty chosen on "
-          f"{c['prompts_val']} held-out train prompts ({c['positions_val']} positions)")
+          f"{c['prompts_val']} held-out {scorer.header['data']['split']} prompts ({c['positions_val']} positions)")
     for li, m in enumerate(scorer.header["fit"]["layers"]):
         print(f"layer {li}: lambda {m['lambda']:g}, held-out R2 per KV head "
               + " ".join(f"{v:.3f}" for v in m["val_r2"]))

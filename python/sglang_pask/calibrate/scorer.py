@@ -9,7 +9,7 @@ of the prompt (``hf/kvzip.py`` ``kvzip_heads``, default ``chunk_size``) are the 
 splits are accepted: the eval split is never read.
 
 Fit: per layer, :func:`~sglang_pask.methods.learned.fit_layer` (ridge, the penalty chosen on
-``val_n`` held-out train prompts drawn by ``seed``, then refitted on all of them).
+``val_n`` held-out prompts of the same split drawn by ``seed``, then refitted on all of them).
 
 Quality, per layer and KV head, averaged over prompts: Spearman's rank correlation of predicted
 and true KVzip scores; recall@k of the kept sets, |top-k(predicted) ∩ top-k(KVzip)| / k with k =
