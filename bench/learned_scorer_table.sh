@@ -5,11 +5,14 @@
 # 0.2 and 0.1, in one `pask report`, with paired bootstraps of each PASK row against KVzip and
 # against Full KV. Rows: Full; StreamingLLM, SnapKV per KV head, AdaKV, Expected Attention, KVzip
 # (kvpress's defaults); the learned scorer alone (KVzap: KVzip's ranking on the scorer's
-# predictions, policies/pask-tiny-fc.kvzap.safetensors, fitted on train); PASK's lookup ($LOOKUP,
-# the calibrated class-priority policies); PASK with the learned scorer ($LEARNED, calibrated on
-# calib with `pask calibrate --attention-blend --scorer`); and the same learned-scorer policies
-# reading KVzip's true scores (attention_stat=kvzip: a reconstruction forward per compression), what
-# the prediction costs. At 0.1 no policy was calibrated: each PASK row runs its 0.2 policy at 0.1.
+# predictions, policies/pask-tiny-fc.kvzap.safetensors, fitted on train); PASK's lookup (the
+# calibrated class-priority policies: policies/ at 0.5 and 0.33, experiments/policies/*.lookup.b0.2);
+# PASK with the learned scorer, calibrated on calib with `pask calibrate --attention-blend --scorer
+# --equal-pools` (experiments/policies/*.learned.b0.5/.b0.33, the shipped policies/*.b0.2) and
+# without --equal-pools (per KV head, ranked split: experiments/policies/*.learned-heads.*); and the
+# equal-pools policies reading KVzip's true scores (attention_stat=kvzip: a reconstruction forward per
+# compression), what the prediction costs. At 0.1 no policy was calibrated: each PASK row runs its
+# 0.2 policy at 0.1.
 # Nothing here chooses anything. Resumable (rerun to finish).
 #   bash bench/learned_scorer_table.sh
 set -euo pipefail
@@ -19,8 +22,7 @@ NAME=$(basename "$MODEL")
 N=${N:-200}
 BUDGETS=${BUDGETS:-0.5 0.33 0.2 0.1}
 SCORER=${SCORER:-policies/$NAME.kvzap.safetensors}
-LOOKUP=${LOOKUP:-policies/$NAME.lookup}      # $LOOKUP.b<b>.json
-LEARNED=${LEARNED:-policies/$NAME}           # $LEARNED.b<b>.json
+NOTEBOOK=${NOTEBOOK:-experiments/policies}
 OUT=${OUT:-experiments/runs/learned-scorer-table}  # resume state, committed (sessions do not keep runs/)
 RESULTS=${RESULTS:-bench/results/$NAME-learned-scorer-table-n$N}
 PASK=${PASK:-.venv/bin/pask}
@@ -32,21 +34,29 @@ common=(--model "$MODEL" --data "synthetic:eval:$N:tiny" --schedules prefill --t
 commas=${BUDGETS// /,}
 $PASK sweep "${common[@]}" --budgets "$commas" --out "$OUT/baselines" --results "$OUT/reports/baselines" \
   --methods "full,streaming,snapkv:per_head=true,adakv,expected_attention,kvzip,kvzap:scorer=$SCORER"
-policy_for() { local b=$1; [[ "$b" == 0.1 ]] && b=0.2; echo "$2.b$b.json"; }  # 0.1: the 0.2 policy
+# a row's policy at budget b: the notebook's variant when there is one, else the shipped file; at
+# 0.1 the 0.2 policy
+policy_for() {
+  local b=$1 f; [[ "$b" == 0.1 ]] && b=0.2
+  f="$NOTEBOOK/$NAME.$2.b$b.json"; [[ -f "$f" ]] || f="policies/$NAME.b$b.json"; echo "$f"
+}
 for b in $BUDGETS; do
-  $PASK sweep "${common[@]}" --budgets "$b" --policy "$(policy_for "$b" "$LOOKUP")" --methods pask \
+  $PASK sweep "${common[@]}" --budgets "$b" --policy "$(policy_for "$b" lookup)" --methods pask \
     --out "$OUT/lookup" --results "$OUT/reports/lookup-$b"
-  $PASK sweep "${common[@]}" --budgets "$b" --policy "$(policy_for "$b" "$LEARNED")" \
+  $PASK sweep "${common[@]}" --budgets "$b" --policy "$(policy_for "$b" learned)" \
     --methods "pask,pask:attention_stat=kvzip" --out "$OUT/learned" --results "$OUT/reports/learned-$b"
+  $PASK sweep "${common[@]}" --budgets "$b" --policy "$(policy_for "$b" learned-heads)" --methods pask \
+    --out "$OUT/learned-heads" --results "$OUT/reports/learned-heads-$b"
 done
 cells() { for d in "$@"; do [[ -f "$d/summary.json" ]] && echo "$d"; done; }
 mapfile -t runs < <(cells "$OUT"/baselines/*/)
 for d in $(cells "$OUT"/lookup/*/); do runs+=("$d"); done
-for d in $(cells "$OUT"/learned/*/); do runs+=("$d"); done
+for d in $(cells "$OUT"/learned/*/ "$OUT"/learned-heads/*/); do runs+=("$d"); done
 $PASK report "${runs[@]}" --out "$RESULTS" > /dev/null
 cat "$RESULTS/report.md"
 # paired: each PASK row against KVzip and against Full KV, per budget
 for row in "pask(learned)=$OUT/learned/pask-prefill-{b}" "pask(lookup)=$OUT/lookup/pask-prefill-{b}" \
+           "pask(learned per head)=$OUT/learned-heads/pask-prefill-{b}" \
            "pask(learned policy, kvzip scores)=$OUT/learned/pask+attention_stat=kvzip-prefill-{b}"; do
   label=${row%%=*}
   for base in "kvzip=$OUT/baselines/kvzip-prefill-{b}" "full=$OUT/baselines/full"; do

@@ -93,7 +93,9 @@ def load_policy(path: str | os.PathLike, model_dir: str | os.PathLike | None = N
         policy = Policy.model_validate(doc)
     except ValidationError as e:
         raise PolicyError(f"policy file {path!r}: {describe(e)}") from None
-    policy._origin = os.path.dirname(os.path.abspath(path))
+    # the folder as the path was given (relative stays relative, as the policy's own path): a record
+    # names the scorer the same on every machine that runs from the repository
+    policy._origin = os.path.dirname(os.fspath(path))
     if policy.scorer_path:
         check_scorer_pin(policy, what=f"policy file {path!r}")
     if model_dir is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ OLD_FIELDS = ("attention_blend", "attention_stat", "head_split", "residual_split
 SHIPPED = {
     "pask-tiny-fc.b0.5.json": "3ccbfeba10a568d20bd07a3a1f4b3e87a03da9036f549d438aecfb06f5e0790f",
     "pask-tiny-fc.b0.33.json": "31c886816d411200e9ee1dd54daab0114819b25f15680a96f63ff606eac37aae",
-    "pask-tiny-fc.b0.2.json": "46261bad8aad735c9eaee594178344ce17471ff8397d3c5b3b3804eb95d32b72",
+    "pask-tiny-fc.b0.2.json": "effb099a6f3c21fc1afca3cf0661424e3e5132962bbb1f44571f7a95fdb3a06b",
     "pask-tiny-fc.prior.json": "95b056caff20127e1df606992f3683cb3ece813531b9c2b1cee5677b69a28331",
     "pask-tiny-fc.kvzap.safetensors": "9bc91edc6a52baf3ab40d203b3db3b1f88216655576c23d7bb9256ff0cd8707b",
     "qwen2.5-coder-0.5b-instruct.b0.33.json": "43d8cc90c8e600d5969b06475fe170468820fea4d2741a2b6d2d481aad63a32f",
@@ -49,7 +50,14 @@ HASHES = {
     "pask-tiny-fc.attn.b0.2.json": "743886c332487bb768aa51144dfd96b268dffaf947588eaaefa3645e677adcea",
     "pask-tiny-fc.attn.b0.33.json": "0a5f4a0831d145607b402fe42b13a1c59651f073f5fa95633929ff194eded826",
     "pask-tiny-fc.attn.b0.5.json": "a68b04dace8c4180d8e717974230d325850181e981b9077697a939da7260c33e",
-    "pask-tiny-fc.b0.2.json": "b7c38215ca9509cf67f332b3458067d6b584fbf71c53a3cb787996661f362a09",
+    "pask-tiny-fc.lookup.b0.2.json": "b7c38215ca9509cf67f332b3458067d6b584fbf71c53a3cb787996661f362a09",
+    # the learned-scorer policies (written with the residual block; the shipped 0.2 one of them)
+    "pask-tiny-fc.b0.2.json": "cb903e004aebdc00838898fd89fb3260c3e45bb556c6d3e4e180bb8497251b05",
+    "pask-tiny-fc.learned.b0.5.json": "3edebb3808a4cd943af7434c33d86a47b9c79d06473db004cecf8467ac01dcb7",
+    "pask-tiny-fc.learned.b0.33.json": "ca577c00979e441c1d3d7d83c409fc00a0178f948e7cb4b0df6ba15f06c823e1",
+    "pask-tiny-fc.learned-heads.b0.5.json": "b690bee4bafc0e8f2b573097cff4be329949d855a5cc30adeaddff8a60f03de3",
+    "pask-tiny-fc.learned-heads.b0.33.json": "517e6e8c2ad65176e24ea2068251f1a67e6cdf1b0aa5218458bd57f85cf94681",
+    "pask-tiny-fc.learned-heads.b0.2.json": "c7818500a1af1995e82145938da2f196c953c547764d310776e07225e47d4119",
     "pask-tiny-fc.b0.33.json": "21b104394517c52296d0bd3dfd771c15e3d8589d08b11d806aef0ba3772f279f",
     "pask-tiny-fc.b0.5.json": "eb7ce2927b0fab8ef56cbb6c7c39fc434bd7c48093092da8cbd7439a2750bac6",
     "pask-tiny-fc.prior.json": "05536908d402f61a855a61ca079a91173944df7cd212345f5fdf999b50bf2566",
@@ -67,8 +75,10 @@ HASHES = {
     "tiny-random-qwen3.prior.json": "0b583ba6d796e4b5a4e97b91df4798335fb3d2fae6736f570d64b09f9d6c226a",
 }
 
+SCORER_SHA = SHIPPED["pask-tiny-fc.kvzap.safetensors"]
 #: file -> make_method("pask", policy=<file>).record() as (key, value) pairs in record order, the
-#: "policy" entry's value left out (it is {"name": <the policy's name>, "sha256": HASHES[file]})
+#: "policy" entry's value left out (it is {"name": <the policy's name>, "sha256": HASHES[file]}), a
+#: learned scorer's path relative to the repository
 RECORDS = {
     "pask-tiny-fc.attn.b0.2.json": [("name", "pask"), ("budget", 0.2), ("schedule", "prefill"), ("interval", 1),
         ("policy", "pask-tiny-fc.attn@0.2"), ("span_delimiters", True)],
@@ -76,8 +86,32 @@ RECORDS = {
         ("policy", "pask-tiny-fc.attn@0.33"), ("span_delimiters", True), ("attention_blend", 0.25)],
     "pask-tiny-fc.attn.b0.5.json": [("name", "pask"), ("budget", 0.5), ("schedule", "prefill"), ("interval", 1),
         ("policy", "pask-tiny-fc.attn@0.5"), ("span_delimiters", True)],
-    "pask-tiny-fc.b0.2.json": [("name", "pask"), ("budget", 0.2), ("schedule", "prefill"), ("interval", 1),
+    "pask-tiny-fc.lookup.b0.2.json": [("name", "pask"), ("budget", 0.2), ("schedule", "prefill"), ("interval", 1),
         ("policy", "pask-tiny-fc@0.2"), ("span_delimiters", True)],
+    "pask-tiny-fc.b0.2.json": [("name", "pask"), ("budget", 0.2), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc@0.2"), ("span_delimiters", True),
+        ("scorer", "policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.25),
+        ("attention_stat", "learned")],
+    "pask-tiny-fc.learned.b0.5.json": [("name", "pask"), ("budget", 0.5), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc.learned@0.5"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.5),
+        ("attention_stat", "learned")],
+    "pask-tiny-fc.learned.b0.33.json": [("name", "pask"), ("budget", 0.33), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc.learned@0.33"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.75),
+        ("attention_stat", "learned")],
+    "pask-tiny-fc.learned-heads.b0.5.json": [("name", "pask"), ("budget", 0.5), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc.learned-heads@0.5"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.5),
+        ("attention_stat", "learned"), ("head_split", True), ("residual_split", "scores")],
+    "pask-tiny-fc.learned-heads.b0.33.json": [("name", "pask"), ("budget", 0.33), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc.learned-heads@0.33"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.5),
+        ("attention_stat", "learned"), ("head_split", True), ("residual_split", "scores")],
+    "pask-tiny-fc.learned-heads.b0.2.json": [("name", "pask"), ("budget", 0.2), ("schedule", "prefill"), ("interval", 1),
+        ("policy", "pask-tiny-fc.learned-heads@0.2"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA), ("attention_blend", 0.5),
+        ("attention_stat", "learned"), ("head_split", True), ("residual_split", "scores")],
     "pask-tiny-fc.b0.33.json": [("name", "pask"), ("budget", 0.33), ("schedule", "prefill"), ("interval", 1),
         ("policy", "pask-tiny-fc@0.33"), ("span_delimiters", True)],
     "pask-tiny-fc.b0.5.json": [("name", "pask"), ("budget", 0.5), ("schedule", "prefill"), ("interval", 1),
@@ -142,7 +176,8 @@ def test_pask_record_is_what_it_was(name):
     policy = load_policy(_path(name))
     record = make_method("pask", policy=policy).record()
     assert record["policy"] == {"name": policy.name, "sha256": HASHES[name]}
-    assert [(k, policy.name if k == "policy" else v) for k, v in record.items()] == RECORDS[name]
+    assert [(k, policy.name if k == "policy" else os.path.relpath(v, ROOT) if k == "scorer" else v)
+            for k, v in record.items()] == RECORDS[name]
     assert make_method(**{**record, "policy": policy}) == make_method("pask", policy=policy)
 
 
@@ -170,8 +205,10 @@ def test_an_old_file_loads_with_one_warning_and_its_conversion_hashes_the_same(n
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_report_options_are_what_they_were(name):
     """Report rows and labels (``pask[attention_blend=0.25]``) read a method's options from its
-    record: the old residual keywords stay options though they are no longer fields."""
+    record: the old residual keywords stay options though they are no longer fields (and a learned
+    scorer's file and pin are options too)."""
     from sglang_pask.eval.records import method_options
 
     method = make_method("pask", policy=load_policy(_path(name)))
-    assert list(method_options(method).items()) == [(k, v) for k, v in RECORDS[name] if k in OLD_FIELDS]
+    options = [(k, os.path.relpath(v, ROOT) if k == "scorer" else v) for k, v in method_options(method).items()]
+    assert options == [(k, v) for k, v in RECORDS[name] if k in (*OLD_FIELDS, "scorer", "scorer_sha256")]
