@@ -58,6 +58,7 @@ the same lookup over every request (no scorer: a batch carries no attention stat
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Optional
@@ -179,8 +180,13 @@ class Pask(KVMethod):
         # and with per_head keeps one set per KV head
         scorer = self.residual_scorer
         if not self.scorer and scorer is not None and scorer.stat == "learned" and self.policy.scorer_path:
-            # the policy's own scorer (its residual pins the file beside it)
-            self._set("scorer", self.policy.scorer_path)
+            # the policy's own scorer (its residual pins the file beside it), named as the policy's
+            # folder was (an engine given an absolute policy path records it from the working
+            # folder, so that records agree across machines)
+            path = self.policy.scorer_path
+            if os.path.isabs(path) and not (rel := os.path.relpath(path)).startswith(".."):
+                path = rel
+            self._set("scorer", path)
             self._set("scorer_sha256", self.policy.residual.scorer_sha256)
         check_scorer_option(self)
         self._check("scorer", not self.scorer or (scorer is not None and scorer.stat == "learned"),
