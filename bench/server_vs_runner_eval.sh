@@ -18,6 +18,9 @@
 # Writes RESULTS/report.md (+ .json, .png: `pask report --group-by backend`), RESULTS/paired.md
 # (bench/paired_table.py: server - runner, paired 95% bootstrap) and RESULTS/wall.txt.
 set -euo pipefail
+# the command as run, for meta.json: the variables the caller set, then the script
+given=""
+for v in N BUDGETS SCHEDULE METHOD POLICIES OUT RESULTS; do [[ -n "${!v+x}" ]] && given+="$v=$(printf '%q' "${!v}") " || true; done
 cd "$(dirname "$0")/.."
 PORT=${PORT:-30111}
 source bench/lib_serve.sh
@@ -58,10 +61,4 @@ done
   --budgets "$(echo $BUDGETS | tr ' ' ',')" --out "$RESULTS/paired.md"
 cat "$RESULTS/paired.md"
 echo "wall ${SECONDS}s ($(nproc) cpus; N=$N, budgets $BUDGETS, schedule $SCHEDULE)" | tee "$RESULTS/wall.txt"
-# meta.json: the command as run (the variables given that differ from their defaults, then the script)
-given=""
-for v in N BUDGETS SCHEDULE METHOD POLICIES OUT RESULTS; do
-  d=$(sed -n "s/^$v=\${$v:-\(.*\)}.*/\1/p" "$0" | head -n 1)
-  [[ -n "${!v}" && "${!v}" != "$(eval echo "$d")" ]] && given+="$v=$(printf '%q' "${!v}") "
-done
 printf '{"command": "%sbash bench/server_vs_runner_eval.sh", "wall_s": %s}\n' "$given" "$SECONDS" > "$RESULTS/meta.json"

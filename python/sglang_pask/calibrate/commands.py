@@ -204,21 +204,16 @@ def fit_scorer(args: argparse.Namespace) -> int:
     from sglang_pask.policy.binding import ModelBinding
 
     try:
-        sc.check_split(args.data)
+        entries = sc.entries_of(args.data, args.n, args.skip)  # refuses the eval split
     except ValueError as e:
         print(f"pask fit-scorer: {e}", file=sys.stderr)
         return 2
     elapsed = sc.timer()
-    try:
-        entries = sc.entries_of(args.data, args.n, args.skip)
-    except ValueError as e:
-        print(f"pask fit-scorer: {e}", file=sys.stderr)
-        return 2
     samples = sc.collect(args.model, entries, args.n_sink)
     t_collect = elapsed()
     scorer = sc.fit(samples, ModelBinding.from_model(args.model), model_path=os.path.normpath(args.model),
                     spec=args.data, seed=args.seed, val_n=args.val_n, n_sink=args.n_sink,
-                    sample=sc.take(args.data, args.n, args.skip))
+                    sample=sc.take(args.n, args.skip))
     sha = scorer.save(args.out)
     c = scorer.header["counts"]
     print(f"fitted on {c['prompts_fit']} prompts ({c['positions_fit']} positions), penalty chosen on "
@@ -274,8 +269,8 @@ def scorer_report(args: argparse.Namespace) -> int:
     n_sink = int(scorer.header.get("targets", {}).get("n_sink", 4))
     samples = sc.collect(args.model, entries, n_sink)
     q = sc.quality(scorer, samples, n_sink)
-    took = f" --n {args.n} --skip {args.skip}" if args.n else ""
-    q.update(model=args.model, scorer=args.scorer, scorer_sha256=scorer_sha256(args.scorer), data=args.data + took,
+    took = sc.described({"spec": args.data, "sample": sc.take(args.n, args.skip)})
+    q.update(model=args.model, scorer=args.scorer, scorer_sha256=scorer_sha256(args.scorer), data=took,
              n_sink=n_sink, scorer_data=sc.described(fitted), seconds=round(elapsed(), 1))
     text = (f"# Learned scorer fit quality\n\nScorer `{args.scorer}` (sha256 `{q['scorer_sha256']}`, fitted on "
             f"`{q['scorer_data']}`) against KVzip's scores on `{q['data']}`: {q['prompts']} prompts, "
@@ -283,7 +278,7 @@ def scorer_report(args: argparse.Namespace) -> int:
             "Spearman's rank correlation; recall@f = |top-k(predicted) ∩ top-k(KVzip)| / k with k = f x the "
             "prompt's non-sink positions, per layer and KV head; pooled = every (layer, head, position) of a "
             "prompt ranked together.\n\n" + sc.table(q) + "\n\n"
-            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {args.data}{took} "
+            f"Command: `pask scorer-report --model {args.model} --scorer {args.scorer} --data {took} "
             f"--out {args.out}`\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:

@@ -157,11 +157,12 @@ LEARNED_AXES: dict[str, tuple] = {**BLEND_AXES, "scorer": LEARNED_SCORERS}
 
 
 def equal_pools(axes: dict[str, tuple]) -> dict[str, tuple]:
-    """``axes`` without the members the server's per-group KV pools cannot hold at the budget
+    """``axes`` without the two residual forms the server's per-group KV pools hold worst
     (``pask calibrate --equal-pools``): each layer group's pool holds b of a request's positions,
-    one slot per position for all the group's KV heads, so a member must keep b of every group
-    (``split`` share, not a ranking across groups) and one set of positions per group (a scorer not
-    per KV head: per-head sets fill a slot for their union)."""
+    one slot per position for all the group's KV heads, so a ranking across groups (``split``
+    scores) and per-KV-head sets (a slot for their union) fill one pool first. The lookup's own
+    floors and residual shares still differ by group, so a member is not held to exactly b per
+    group (the tiny 0.33 choice holds 10 requests at once where the lookup holds 13)."""
     return {**axes, "split": ("share",), "scorer": tuple(k for k in axes.get("scorer", ("window",))
                                                           if not SCORERS[k][1])}
 

@@ -51,7 +51,7 @@ class Sample:
     kvzip: list[np.ndarray]
 
 
-def take(spec: str, n: Optional[int] = None, skip: int = 0) -> Optional[dict]:
+def take(n: Optional[int] = None, skip: int = 0) -> Optional[dict]:
     """Which entries of ``spec`` a scorer file or a report read, as stored: None for every entry."""
     return None if n is None else {"n": n, "skip": skip, "order": "round-robin over categories"}
 
