@@ -51,6 +51,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 from sglang_pask.policy.shipped import shipped_policy
 from sglang_pask.testing import running_server
@@ -175,16 +176,37 @@ def serve_and_bench(name, model, flags, dataset, n, conc, work: Path, env: dict 
     return res
 
 
-def parse_points(text: str) -> list[tuple[str, list[str]]]:
+def equal_pools_copy(path: str) -> str:
+    """A copy of the policy at ``path`` without its measured ``pools`` block (its scorer beside it),
+    in a fresh temporary folder: the same policy served with every group's pool at b x N."""
+    from sglang_pask.policy.document import load_policy, save_policy
+
+    policy = load_policy(path)
+    if policy.pools is None:
+        raise ValueError(f"--points equal:{path}: the policy has no pools block (its pools are equal already)")
+    out = Path(tempfile.mkdtemp(prefix="pask-equal-pools-")) / Path(path).name
+    save_policy(policy.model_copy(update={"pools": None}), out)
+    return str(out)
+
+
+def parse_points(text: str, policy: Optional[str] = None) -> list[tuple[str, list[str]]]:
     """``--points``: comma list of ``policy`` (no schedule flags: the policy's own operating point,
     what ``make serve POLICY=...`` runs), ``SCHEDULE:INTERVAL`` (``--pask-schedule`` and
-    ``--pask-interval`` override it) or ``FILE.json`` (another policy, at its own operating point and
-    ``--budget``: e.g. the lookup and the learned-scorer policy of one budget in one run). Returns
+    ``--pask-interval`` override it), ``FILE.json`` (another policy, at its own operating point and
+    ``--budget``: e.g. the lookup and the learned-scorer policy of one budget in one run), or
+    ``equal`` / ``equal:FILE.json`` (``policy`` / that policy with its measured ``pools`` block left
+    out: every group's pool at b x N, to show what sizing the pools by the shares buys). Returns
     (label, flags) per point, in order."""
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
         if item == "policy":
             out.append(("policy", []))
+            continue
+        if item == "equal" or item.startswith("equal:"):
+            path = item.partition(":")[2] or policy
+            if not path:
+                raise ValueError("--points equal: no policy to serve with equal pools")
+            out.append((f"{Path(path).stem} (equal pools)", ["--pask-policy", equal_pools_copy(path)]))
             continue
         if item.endswith(".json"):  # another policy file at its own operating point (same budget)
             out.append((Path(item).stem, ["--pask-policy", item]))
@@ -192,7 +214,7 @@ def parse_points(text: str) -> list[tuple[str, list[str]]]:
         schedule, _, interval = item.partition(":")
         if schedule not in ("prefill", "continuous") or not interval.isdigit() or int(interval) < 1:
             raise ValueError(f"--points: {item!r} is neither 'policy', SCHEDULE:INTERVAL "
-                             "(prefill|continuous, interval >= 1) nor a policy FILE.json")
+                             "(prefill|continuous, interval >= 1), a policy FILE.json nor equal[:FILE.json]")
         out.append((f"{schedule}:{interval}", ["--pask-schedule", schedule, "--pask-interval", interval]))
     if not out:
         raise ValueError("--points names no operating point")
@@ -277,7 +299,10 @@ def pair(model, policy, budget, slots, dataset, n, conc, work, prefix, points=No
         out["ratio_plugin"] = paired_ratios(runs["pask"], runs["full_plugin"])
     pools = out["pask"]["pools"]
     out["kv_bytes"] = {"full": slots * sum(len(u) for u in pools["units"]) * pools["bytes_per_token_layer"],
-                       "pask": pools["kv_bytes_capacity"]}
+                       "pask": pools["kv_bytes_capacity"],
+                       # every point's own (pools sized by a policy's shares round down: <= the first's)
+                       "points": [out["pask" if i == 0 else f"pask-{i}"]["pools"]["kv_bytes_capacity"]
+                                  for i in range(len(points))]}
     return out
 
 
@@ -447,8 +472,12 @@ def ratio_table(cap: dict) -> list[str]:
         lines.append("| learned scorer's share of the decode loop (not a ratio) | "
                      + " | ".join("-" if x is None else f"{100 * x:.2f}%" for x in scorer) + " |")
     kv = cap["kv_bytes"]
-    lines.append(f"| KV bytes of the KV cache | {kv['pask'] / kv['full']:.2f}x ({kv['pask']:,} / {kv['full']:,})"
-                 + " |" * len(rows))
+    if "points" in kv:
+        lines.append("| KV bytes of the KV cache | " + " | ".join(
+            f"{b / kv['full']:.3f}x ({b:,} / {kv['full']:,})" for b in kv["points"]) + " |")
+    else:
+        lines.append(f"| KV bytes of the KV cache | {kv['pask'] / kv['full']:.2f}x ({kv['pask']:,} / {kv['full']:,})"
+                     + " |" * len(rows))
     return lines
 
 
@@ -524,7 +553,9 @@ def main(argv=None) -> int:
     p.add_argument("--tpot-output-len", type=int, default=32)
     p.add_argument("--points", default="policy,continuous:1",
                    help="PASK operating points of part 1, comma list: policy (the policy's own, as make serve "
-                        "runs it) or SCHEDULE:INTERVAL (the first is the headline row; default policy,continuous:1)")
+                        "runs it), SCHEDULE:INTERVAL, FILE.json (another policy) or equal[:FILE.json] (a policy "
+                        "without its measured pool shares) (the first is the headline row; default "
+                        "policy,continuous:1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tpot-shape", default="27m", choices=tuple(SHAPES),
                    help="the random model of part 2 (default 27m; qwen3-4b for a GPU)")
@@ -563,7 +594,7 @@ def main(argv=None) -> int:
         a.requests, a.contexts, a.tpot_requests, a.tpot_output_len, a.repeat = 16, "1024", 2, 16, 1
     a.contexts = [int(x) for x in a.contexts.split(",")]
     try:
-        a.points = parse_points(a.points)
+        a.points = parse_points(a.points, a.policy)
     except ValueError as e:
         p.error(str(e))
     t0 = time.time()

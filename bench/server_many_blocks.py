@@ -71,7 +71,7 @@ def balanced(run: dict) -> bool | None:
     if not pools or not tree:
         return None
     return (pools["full_available"] + tree["tokens"] == pools["full_size"]
-            and all(a + t == pools["unit_size"] for a, t in zip(pools["unit_available"], tree["unit_slots"]))
+            and all(a + t == n for a, t, n in zip(pools["unit_available"], tree["unit_slots"], pools["unit_sizes"]))
             and tree["protected_tokens"] == 0)
 
 
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
              f"{a.requests} requests per K, block drawn with Zipf-like popularity (s = {a.zipf:g}), "
              f"{a.concurrency} at a time, {a.output_len} output tokens each (ignore_eos), servers' OMP_NUM_THREADS "
              f"{a.server_threads if a.server_threads is not None else 'unset'}. Same KV bytes: Full "
-             f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, {pools['unit_size']} "
+             f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, {pools['unit_sizes']} "
              f"slots per unit). PASK: `{a.policy}` at b = {a.budget:g}, `{' '.join(accurate)}`. Hit rate: cached / "
              "(cached + computed) prompt tokens (SGLang's prefill log).", "",
              "| K | blocks asked (tokens) | Full req/s | PASK req/s | ratio (rounds) | ceiling from hits | "

@@ -185,7 +185,7 @@ def main(argv=None) -> int:
         f"{a.per_block} queries (own prompt tokens {data['own_prompt_tokens_mean']} on average), "
         f"{a.output_len} output tokens each (ignore_eos), all sent at once. Same KV bytes: Full "
         f"{kv['full']} B ({a.full_tokens} tokens), PASK {kv['pask']} B ({n_pask} full ids, "
-        f"{pools['unit_size']} slots per unit). Policy `{a.policy}`"
+        f"{pools['unit_sizes']} slots per unit). Policy `{a.policy}`"
         f"{'' if a.segment_budget is None else f', segment budget {a.segment_budget:g}'}"
         f"{'' if a.own_budget is None else f', own tokens at budget {a.own_budget:g}'}"
         f"{'' if a.segment_prefill is None else f', segment prefill {a.segment_prefill}'}.", "",

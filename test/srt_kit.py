@@ -216,10 +216,10 @@ class Rig:
         """What is not back at idle: full ids or unit slots still taken (leaked) or free more than
         once (freed twice), mappings not cleared. Empty: idle."""
         out = []
-        a, size = self.alloc, self.pool.unit_size
+        a = self.alloc
         if a.full_available_size() != a.size:
             out.append(f"full ids: {a.full_available_size()} of {a.size} free")
-        for u, (free, x) in enumerate(zip(a.unit_available_sizes(), a.units)):
+        for u, (free, x, size) in enumerate(zip(a.unit_available_sizes(), a.units, self.pool.unit_sizes)):
             if free != size:
                 out.append(f"unit {u}: {free} of {size} slots free ({'leaked' if free < size else 'freed twice'})")
             if torch.unique(x.free_pages).numel() != x.free_pages.numel():

@@ -129,7 +129,7 @@ def test_short_prompts_are_written_whole(setup):
     state = _pask(srv)
     assert state["chunked_prefill"]["chunk_compressions"] == before
     deadline = time.monotonic() + 30
-    while state["pools"]["unit_available"] != [state["pools"]["unit_size"]] * len(state["pools"]["unit_available"]):
+    while state["pools"]["unit_available"] != state["pools"]["unit_sizes"]:
         assert time.monotonic() < deadline, state["pools"]
         time.sleep(0.5)
         state = _pask(srv)

@@ -104,3 +104,23 @@ def test_kvzap_keeps_what_the_runner_keeps(budget, schedule, tmp_path):
     scored = cost["learned_scorer"]  # every prompt token scored in its prefill forward; decode tokens when read
     assert scored["missed"] == 0 and scored["decode"] == (schedule != "prefill") and scored["tokens"] > 300, scored
     assert cost["reconstruction"]["forwards"] == 0  # no extra forward
+
+
+@pytest.mark.parametrize("policy, budget", [("policies/pask-tiny-fc.b0.2.json", "0.2"),
+                                            ("experiments/policies/pask-tiny-fc.learned.b0.33.json", "0.33")])
+def test_learned_policies_compress_batched_and_keep_what_the_runner_keeps(policy, budget, tmp_path):
+    """PASK whose residual reads the learned scorer group-wide (the shipped 0.2 policy, the learned
+    0.33 one): the server compresses the due requests together (their predictions read in one
+    gather: ``compression_time.batched``, no fallback to one by one) and keeps, per unit, exactly
+    what the runner keeps."""
+    out = tmp_path / "learned"
+    r = subprocess.run([sys.executable, "bench/server_parity.py", "--method", "pask", "--policy", str(ROOT / policy),
+                        "--n", "4", "--budgets", budget, "--schedule", "prefill", "--no-full", "--max-tokens", "48",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (result,) = json.loads((out / "results.json").read_text())
+    s, cost = result["summary"], result["server_cost"]
+    assert s["compressions_compared"] == 4 and s["kept_identical"] == 4 and s["tokens_identical"] == 4, result["rows"]
+    assert cost["compression_time"]["batched"] is True, cost
+    assert cost["compression"]["errors"] == cost["compression"]["batch_fallbacks"] == 0, cost
+    assert cost["learned_scorer"]["missed"] == 0

@@ -85,7 +85,7 @@ def _leaked(state: dict) -> int:
     pools = state["pools"]
     tree = state.get("tree") or {"tokens": 0, "unit_slots": [0] * len(pools["unit_available"])}
     return (pools["full_size"] - pools["full_available"] - tree["tokens"]) + sum(
-        pools["unit_size"] - a - t for a, t in zip(pools["unit_available"], tree["unit_slots"]))
+        n - a - t for a, t, n in zip(pools["unit_available"], tree["unit_slots"], pools["unit_sizes"]))
 
 
 def _settled(srv, timeout: float = 60.0) -> dict:

@@ -92,7 +92,7 @@ def _pask(srv) -> dict:
 
 def _idle(pools: dict) -> bool:
     return (pools["full_available"] == pools["full_size"] and pools["kv_bytes_in_use"] == 0
-            and all(a == pools["unit_size"] for a in pools["unit_available"]))
+            and pools["unit_available"] == pools["unit_sizes"])
 
 
 def _wait_pools_idle(srv, timeout: float = 60.0) -> dict:
@@ -184,7 +184,8 @@ def test_released_requests_held_budget_fraction(persist_server, client):
     assert state["kernels"] == ops.implementation()
     assert f"sglang_pask: kernels: {ops.implementation()}" in persist_server.log()
     pools = state["pools"]
-    assert pools["full_size"] == MAX_TOTAL and pools["unit_size"] == math.ceil(BUDGET * MAX_TOTAL)
+    assert pools["full_size"] == MAX_TOTAL
+    assert pools["unit_sizes"] == [math.ceil(BUDGET * MAX_TOTAL)] * len(pools["units"])
     assert pools["units"] == [[0, 1], [2, 3]]  # one unit per policy group
     dropped0 = pools["dropped_total"]
 
@@ -260,7 +261,7 @@ def test_admission_uses_slots_freed_by_compression(persist_server, client):
     a waiting request does not fit and clears the mark only when a request leaves, so without the
     plugin clearing it after drops, the running batch would stay at about what fits uncompressed
     (``fit``) until requests finish. With it, about twice ``fit`` and more run at once."""
-    unit_size = _pask(persist_server)["pools"]["unit_size"]
+    unit_size = min(_pask(persist_server)["pools"]["unit_sizes"])
     bodies = _tiny_requests(16, start=600)
     mark = len(persist_server.log())
 
@@ -290,7 +291,7 @@ def _post(srv, body) -> requests.Response:
 def test_load_no_leak_no_crash(persist_server, client):
     srv = persist_server
     pools = _pask(srv)["pools"]
-    capacity = min(pools["full_size"], pools["unit_size"])  # the scheduler's max_total_num_tokens
+    capacity = min(pools["full_size"], *pools["unit_sizes"])  # the scheduler's max_total_num_tokens
     assert _server_info(srv)["max_total_num_tokens"] == capacity
     # "word " is 2 tokens: over a unit pool (the capacity), under the context length (2048): served,
     # prefilled in chunks (srt/managers/chunked.py); over the context: refused by the tokenizer manager
@@ -525,7 +526,7 @@ def test_other_methods_serve(side_servers, no_whitespace_bias_fc, name, budget):
     state = _wait_pools_idle(srv)
     assert state["method"]["name"] == name and state["method"]["budget"] == budget
     assert state["pools"]["units"] == [[0], [1], [2], [3]]  # per-layer methods: one unit per layer
-    assert state["pools"]["unit_size"] == math.ceil(budget * MAX_TOTAL)
+    assert state["pools"]["unit_sizes"] == [math.ceil(budget * MAX_TOTAL)] * len(state["pools"]["units"])
     rec = next(x for x in state["released"] if x["rid"] == r.id)
     ratio = _assert_released_within_budget(rec, state["pools"], budget)
     print(f"{name}: kv_bytes/full_kv_bytes {ratio:.4f} (seq_len {rec['seq_len']}), "

@@ -109,7 +109,7 @@ def _balanced(state: dict) -> bool:
     """Idle accounting: every full id and unit slot is free or held by the tree."""
     pools, tree = state["pools"], state["tree"]
     return (pools["full_available"] + tree["tokens"] == pools["full_size"]
-            and all(a + t == pools["unit_size"] for a, t in zip(pools["unit_available"], tree["unit_slots"]))
+            and all(a + t == n for a, t, n in zip(pools["unit_available"], tree["unit_slots"], pools["unit_sizes"]))
             and pools["kv_bytes_in_use"] == tree["kv_bytes"] and tree["protected_tokens"] == 0)
 
 
@@ -348,7 +348,7 @@ def test_accounting_after_hits_evictions_and_aborts(mode):
         state = _wait_balanced(srv)
         seg = state["segments"]
         print(f"after {len(jobs)} requests on 15 tools blocks: tree {state['tree']}, pools unit_available "
-              f"{state['pools']['unit_available']} of {state['pools']['unit_size']}, segments {seg}")
+              f"{state['pools']['unit_available']} of {state['pools']['unit_sizes']}, segments {seg}")
         assert _balanced(state), state
         if mode == "compressed":  # evictions happened: more segments computed than the tree holds, some twice
             assert state["tree"]["nodes"] < 15 and seg["segments_compressed"] > state["tree"]["nodes"], state

@@ -176,6 +176,54 @@ def policy_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pools_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="the policy to measure (rewritten with its pools block unless --dry-run)")
+    p.add_argument("--model", required=True, help="model directory (the policy's model)")
+    p.add_argument("--data", required=True, help="calib or train prompts, e.g. synthetic:calib:40:tiny or "
+                   "bfcl:all:calib=25 (never eval)")
+    p.add_argument("--max-tokens", type=int, default=128, help="generation limit (default 128)")
+    p.add_argument("--tool-choice", default="required", choices=("auto", "required"))
+    p.add_argument("--dry-run", action="store_true", help="print the shares, leave the file as it is")
+    _take_options(p)
+
+
+@command("policy pools", "measure what each layer group of a policy holds and record it (the server sizes its "
+         "per-group KV pools by it)", _pools_setup)
+def policy_pools(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    import sglang_pask
+    from sglang_pask.calibrate import scorer as sc
+    from sglang_pask.calibrate.pools import measure_pools, with_pools
+    from sglang_pask.eval.harness import Settings
+    from sglang_pask.policy import PolicyError, load_policy, save_policy
+
+    try:
+        policy = load_policy(args.file, model_dir=args.model)
+        entries = sc.entries_of(args.data, args.n, args.skip)  # refuses the eval split
+    except (PolicyError, ValueError) as e:
+        print(f"pask policy pools: {e}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    runner = sglang_pask.load_runner(args.model)
+    spec = args.data if args.n is None else f"{args.data} (--n {args.n} --skip {args.skip})"
+    try:
+        pools = measure_pools(runner, policy, entries, Settings(max_tokens=args.max_tokens,
+                                                                  tool_choice=args.tool_choice), spec)
+    except ValueError as e:
+        print(f"pask policy pools: {e}", file=sys.stderr)
+        return 1
+    mean = sum(s * len(g) for s, g in zip(pools.share, policy.groups)) / sum(len(g) for g in policy.groups)
+    print(f"{args.file}: budget {policy.budget:g}, groups {policy.groups}: held share "
+          f"{', '.join(f'{s:.3f}' for s in pools.share)} (layer mean {mean:.3f}) on {pools.entries} entries of "
+          f"{spec}, {time.perf_counter() - t0:.0f} s")
+    if not args.dry_run:
+        save_policy(with_pools(policy, pools), args.file)
+        print(f"wrote {args.file} (its pools block; its policy hash is unchanged)")
+    return 0
+
+
 def _fit_scorer_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--data", required=True, help="train prompts, e.g. synthetic:train:300:tiny (train or calib "

@@ -4,11 +4,12 @@ the chosen policy on held-out calibration entries, write the policies and the re
 Entries (all from the ``--data`` spec, which must be a calibration split): a seeded permutation;
 the first ``fit_n`` are the **fit** entries (S and D use the first ``probe_n`` of them, the family
 search all of them), the rest the **check** entries (the chosen policies vs SnapKV, never used to
-choose). Outputs, for ``--out DIR/NAME.json`` and budgets ``b``: ``DIR/NAME.b<b>.json`` per budget,
-``DIR/NAME.json`` (the ``main_budget`` one), ``DIR/NAME.calibration.json`` (every measurement: the
-cache a rerun with the same configuration resumes from), ``DIR/NAME.calibration.md`` and the
-``NAME.S.png`` / ``NAME.D.png`` heatmaps. Policies hold no timing, so they are byte-identical
-across runs with the same seed, data and code.
+choose; and what each group of a chosen policy holds, its ``pools`` block:
+:mod:`~sglang_pask.calibrate.pools`). Outputs, for ``--out DIR/NAME.json`` and budgets ``b``:
+``DIR/NAME.b<b>.json`` per budget, ``DIR/NAME.json`` (the ``main_budget`` one),
+``DIR/NAME.calibration.json`` (every measurement: the cache a rerun with the same configuration
+resumes from), ``DIR/NAME.calibration.md`` and the ``NAME.S.png`` / ``NAME.D.png`` heatmaps.
+Policies hold no timing, so they are byte-identical across runs with the same seed, data and code.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sglang_pask.calibrate.family import (
     parse_start,
     sensitivity_score,
 )
+from sglang_pask.calibrate.pools import measure_pools, with_pools
 from sglang_pask.calibrate.search import OBJECTIVES, check_policy, max_members, search_budget
 from sglang_pask.calibrate.sensitivity import SIGNALS, joint_units, measure_joint, measure_sensitivity, work_units
 from sglang_pask.eval.data import load_spec, parse_spec
@@ -49,6 +51,7 @@ from sglang_pask.policy.binding import ModelBinding
 from sglang_pask.policy.document import save_policy
 from sglang_pask.policy.operating_point import OperatingPoint, SegmentRule
 from sglang_pask.policy.prior import even_groups
+from sglang_pask.policy.schema import PoolsModel
 from sglang_pask.rendering import render_chat
 
 __all__ = ["Config", "ReuseError", "adopt_stages", "calibrate", "budget_path"]
@@ -472,12 +475,23 @@ def calibrate(cfg: Config) -> dict:
             save()
         policy = member_policy(Member(**searches[k]["best_member"]))
         save_policy(policy, budget_path(out, b))
-        chosen[b] = policy
         if check and k not in checks:
             t = time.perf_counter()
             checks[k] = check_policy(runner, policy, check, b, settings, cfg.seed, cfg.point, cfg.baseline)
             timings[f"check {k}"] = round(time.perf_counter() - t, 1)
             save()
+        # what each group holds (the server sizes its pools by it): measured on the held-out entries
+        pools = doc.setdefault("pools", {})
+        if k not in pools:
+            t = time.perf_counter()
+            held_out = check or fit
+            pools[k] = measure_pools(runner, policy, held_out, settings,
+                                     f"{cfg.data} ({'check' if check else 'fit'} entries)").model_dump(mode="json")
+            timings[f"pools {k}"] = round(time.perf_counter() - t, 1)
+            save()
+        policy = with_pools(policy, PoolsModel(**pools[k]))
+        save_policy(policy, budget_path(out, b))
+        chosen[b] = policy
     save_policy(chosen[cfg.main_budget], out)
     doc["prompt_len"] = round(prompt_len, 3)
     doc["split_sizes"] = {"probe": len(probe), "fit": len(fit), "check": len(check)}

@@ -196,6 +196,14 @@ def write_report(doc: dict, out: Path, policies: dict) -> Path:
                       "search). Held-out: the check entries. All calib.", ""]
             lines += _table(["budget", "chosen member", "fit", "k-fold", "held-out check"], summary)
         lines.append("")
+    if doc.get("pools"):
+        lines += ["## What each group holds (the server's pool sizes)", "",
+                  "Per layer group, the share of a prompt's positions the chosen policy holds (its `pools` "
+                  "block; the server sizes each group's KV pool in proportion at the same KV bytes).", ""]
+        G = max(len(p["share"]) for p in doc["pools"].values())
+        lines += _table(["budget", *(f"group {g}" for g in range(G)), "entries"],
+                        [[b, *(f"{x:.3f}" for x in p["share"]), str(p["entries"])] for b, p in doc["pools"].items()])
+        lines.append("")
     lines += ["## Wall time", "", "Seconds per phase, on this machine (a resumed run reuses earlier phases):", ""]
     lines += _table(["phase", "s"], [[k, f"{v:.1f}"] for k, v in doc.get("timings_s", {}).items()])
     s_mat = np.array([[s[c] for c in classes] for s in sensitivity_score(sens)])

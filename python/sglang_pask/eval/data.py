@@ -23,6 +23,10 @@ An :class:`Entry` is one BFCL-format test case joined with its ``possible_answer
                                         split are the same for every larger N), e.g.
                                         ``synthetic:calib:800:tiny:exclude=R`` after a calibration on
                                         ``synthetic:calib:600:tiny``: the 200 calib entries it never read
+  ``...:distractors=N``                 a catalog: every entry's prompt offers its own tools plus N
+                                        distractor tools from the other entries of the spec (none
+                                        named as one of its own; shuffled; seeded by the spec's seed);
+                                        BFCL's checker still scores against the entry's own tools
   ``file:PATH``                         a directory written by ``synthetic.write_dataset`` (or any
                                         ``<category>.jsonl`` + ``possible_answer/<category>.jsonl``)
 
@@ -101,7 +105,7 @@ def load_dir(path: str | Path) -> list[Entry]:
 
 
 def _parse_bfcl(spec: str, rest: str) -> dict:
-    form = "bfcl:CATS[:eval=K|:calib=K][:seed=S][:exclude=RECORD] (CATS: all or CAT[=K],...)"
+    form = "bfcl:CATS[:eval=K|:calib=K][:seed=S][:exclude=RECORD][:distractors=N] (CATS: all or CAT[=K],...)"
     cats_part, *opts = rest.split(":")
     sizes: dict[str, int] = {}
     cats = []
@@ -120,7 +124,7 @@ def _parse_bfcl(spec: str, rest: str) -> dict:
         if key in ("eval", "calib") and not eq and sizes and "split" not in out:
             out["split"] = key
             continue
-        if not eq or key not in ("eval", "calib", "seed", "exclude") or key in out or (
+        if not eq or key not in ("eval", "calib", "seed", "exclude", "distractors") or key in out or (
                 key in ("eval", "calib") and "split" in out):
             raise ValueError(f"bad spec {spec!r}: unknown or repeated option {opt!r} (expected {form})")
         if key == "exclude":
@@ -129,8 +133,8 @@ def _parse_bfcl(spec: str, rest: str) -> dict:
         if not value.isdigit() or (key != "seed" and int(value) < 1):
             kind = "non-negative" if key == "seed" else "positive"
             raise ValueError(f"bad spec {spec!r}: {key}={value!r} must be a {kind} integer")
-        if key == "seed":
-            out["seed"] = int(value)
+        if key in ("seed", "distractors"):
+            out[key] = int(value)
         else:
             out["split"], out["per_category"] = key, int(value)
     if ("seed" in out or sizes) and "split" not in out:
@@ -212,12 +216,12 @@ def stratified(entries: list[Entry], n: int) -> list[Entry]:
 
 
 def _parse_synthetic(spec: str, rest: str) -> dict:
-    form = "synthetic:SPLIT:N[:PROFILE][:group=K][:exclude=RECORD]"
+    form = "synthetic:SPLIT:N[:PROFILE][:group=K][:exclude=RECORD][:distractors=N]"
     parts = rest.split(":")
     options = {}
     while len(parts) > 2 and "=" in parts[-1]:
         key, _, value = parts.pop().partition("=")
-        if key not in ("group", "exclude") or key in options:
+        if key not in ("group", "exclude", "distractors") or key in options:
             raise ValueError(f"bad spec {spec!r}: unknown or repeated option {key!r} (expected {form})")
         options[key] = value
     if len(parts) not in (2, 3) or not parts[1].isdigit():
@@ -226,6 +230,14 @@ def _parse_synthetic(spec: str, rest: str) -> dict:
     out = {"spec": spec, "kind": "synthetic", "split": parts[0], "n": int(parts[1]), "profile": profile}
     if "exclude" in options:
         out["exclude"] = options["exclude"]
+    if "distractors" in options:
+        value = options["distractors"]
+        if not (value.isdigit() and int(value) >= 1):
+            raise ValueError(f"bad spec {spec!r}: distractors={value!r} must be a positive integer")
+        if "group" in options:
+            raise ValueError(f"bad spec {spec!r}: distractors= gives each entry its own catalog; group= shares "
+                             "one tools block: use one of them")
+        out["distractors"] = int(value)
     if "group" in options:
         from sglang_pask.eval.synthetic import GROUP_MAX
 
@@ -253,6 +265,15 @@ def parse_spec(spec: str) -> dict:
 def load_spec(spec: str) -> list[Entry]:
     """Entries for one ``--data`` spec (see the module docstring)."""
     d = parse_spec(spec)
+    entries = _load(d)
+    if d.get("distractors"):
+        from sglang_pask.eval.entry import with_distractors
+
+        entries = with_distractors(entries, d["distractors"], d.get("seed", 0))
+    return entries
+
+
+def _load(d: dict) -> list[Entry]:
     if d["kind"] == "bfcl":
         return _bfcl_subset(d)
     if d["kind"] == "synthetic":

@@ -78,7 +78,7 @@ def gold_calls(ground_truth: list[dict], functions: list[dict]) -> list[dict]:
 def forced_answer_text(entry, end: str = END_OF_TURN) -> str:
     """The gold call(s) of ``entry`` (an eval ``Entry``) in SGLang's forced spelling (module
     docstring), followed by ``end``."""
-    _, name_map = bfcl_to_openai_tools(list(entry.functions))
+    _, name_map = bfcl_to_openai_tools(list(entry.prompt_functions))
     to_openai = {bfcl: oa for oa, bfcl in name_map.items()}
     blocks = [f'<tool_call>\n{{"name":"{to_openai[name]}", "arguments":{json.dumps(args, ensure_ascii=False)}}}'
               "\n</tool_call>"

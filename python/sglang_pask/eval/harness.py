@@ -58,7 +58,7 @@ class RunAborted(RuntimeError):
 
 def build_request(entry: Entry, settings: Settings) -> tuple[Request, dict[str, str]]:
     """The request every backend gets for ``entry``, and the tool-name map for decoding."""
-    tools, name_map = bfcl_to_openai_tools(list(entry.functions))
+    tools, name_map = bfcl_to_openai_tools(list(entry.prompt_functions))
     req = Request(
         entry.id,
         [dict(m) for m in entry.messages],

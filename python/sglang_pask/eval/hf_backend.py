@@ -164,4 +164,6 @@ class HFBackend(Backend):
         return Generation(res.text, res.tool_calls, {
             "finish_reason": res.finish_reason, "prompt_tokens": len(res.prompt_ids),
             "completion_tokens": res.tokens, "kv_bytes": res.kv_bytes, "latency_s": time.perf_counter() - t0,
+            # per layer, the prompt's positions held at the end (a per-KV-head method: their union)
+            "held_prompt": [int((r < len(res.prompt_ids)).sum()) for r in res.retained],
         })

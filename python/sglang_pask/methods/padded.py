@@ -9,6 +9,11 @@ statistics, no per-head masks), and a method's padded selection must equal its
 :meth:`~sglang_pask.methods.base.KVMethod.select` on those views, at the request's budget, bit for
 bit (``test_methods_padded.py`` checks every registered method).
 
+One optional field carries an attention statistic for a method whose residual reads one (PASK's
+learned scorer, group-wide): ``stats`` float ``[L, H, R, T]``, request ``r``'s
+``AttentionStats.<field>[l]`` spread over its columns (0 where not held); :meth:`PaddedBatch.view`
+then gives it to the row's view under ``stats_field``.
+
 Two optional per-request fields make a row a request's own span after a shared segment
 (:func:`~sglang_pask.methods.segment.own_view`, shifted to start at column 0): ``starts`` int64
 ``[R]``, the absolute position of column 0 (the view's ``start``; None: 0, whole sequences), and
@@ -39,6 +44,8 @@ class PaddedBatch:
     protected_tail: int = 1
     starts: Optional[np.ndarray] = None
     budgets: Optional[np.ndarray] = None
+    stats: Optional[np.ndarray] = None
+    stats_field: Optional[str] = None
 
     def __post_init__(self):
         self.seq_lens = np.asarray(self.seq_lens, dtype=np.int64)
@@ -55,6 +62,10 @@ class PaddedBatch:
         self.starts = np.zeros(R, np.int64) if self.starts is None else np.asarray(self.starts, dtype=np.int64)
         if self.starts.shape != (R,) or (self.starts < 0).any():
             raise ValueError(f"starts {self.starts.tolist()} must be [{R}] positions >= 0")
+        if self.stats is not None and (self.stats.ndim != 4 or self.stats.shape[0] != self.num_layers
+                                       or self.stats.shape[2:] != (R, T) or not self.stats_field):
+            raise ValueError(f"stats {self.stats.shape} must be [{self.num_layers}, heads, {R}, {T}] and name "
+                             "their AttentionStats field (stats_field)")
         if self.budgets is not None:
             self.budgets = np.asarray(self.budgets, dtype=np.float64)
             if self.budgets.shape != (R,) or not ((self.budgets > 0) & (self.budgets <= 1.0)).all():
@@ -96,11 +107,18 @@ class PaddedBatch:
 
     def view(self, r: int):
         """Request ``r`` as a :class:`~sglang_pask.methods.base.CacheView` (the reference)."""
+        from sglang_pask.methods.base import AttentionStats
+
         n = int(self.seq_lens[r])
+        retained = [np.flatnonzero(h[r, :n]) for h in self.held]
+        attention = None
+        if self.stats is not None:
+            attention = AttentionStats(**{self.stats_field: [self.stats[layer][:, r, pos]
+                                                             for layer, pos in enumerate(retained)]})
         return CacheView(num_layers=self.num_layers, groups=self.groups, seq_len=n,
-                         classes=self.classes[r, :n], retained=[np.flatnonzero(h[r, :n]) for h in self.held],
+                         classes=self.classes[r, :n], retained=retained,
                          protected_tail=self.protected_tail, prompt_len=int(self.prompt_lens[r]),
-                         start=int(self.starts[r]))
+                         start=int(self.starts[r]), attention=attention)
 
     def mask_of(self, kept: Sequence[np.ndarray], r: int, out: np.ndarray) -> None:
         """Write one request's per-layer kept positions into ``out[:, r]`` (``out``: bool ``[L, R, T]``)."""

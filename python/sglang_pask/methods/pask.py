@@ -433,10 +433,16 @@ class Pask(KVMethod):
     def select_padded(self, batch) -> np.ndarray:
         """:meth:`select` for every request of ``batch`` (:class:`~.padded.PaddedBatch`): the same
         lookup (:meth:`_lookup`) over all rows at once; per request only the O(groups) budget
-        arithmetic of :meth:`_split` runs in Python. Equal to :meth:`select` request by request."""
-        if self.residual_scorer:
-            raise ValueError("pask: the batched selection has no attention statistics "
-                             f"(residual blend = {self.residual_scorer.blend:g}); use select per request")
+        arithmetic of :meth:`_split` runs in Python. Equal to :meth:`select` request by request. A
+        residual scorer that ranks within each group by a statistic read group-wide
+        (:attr:`~.residual.ResidualScorer.batched`: the learned scorer's policies of ``--equal-pools``)
+        blends its votes from ``batch.stats`` (:meth:`~.residual.ResidualScorer.padded_votes`)."""
+        scorer = self.residual_scorer
+        if scorer and not (scorer.batched and batch is not None and batch.stats is not None
+                           and batch.stats_field == scorer.needs_attention):
+            raise ValueError("pask: the batched selection has no attention statistics for this residual "
+                             f"(blend {scorer.blend:g}, {scorer.stat}, per_head={scorer.per_head}, "
+                             f"split={scorer.split}); use select per request")
         L, G = batch.num_layers, len(batch.groups)
         self._check_layout("batch", L, batch.groups, batch.held)
         tail = batch.protected_tail
@@ -454,6 +460,8 @@ class Pask(KVMethod):
             keep[:, r] = self._split(int(total[r]), L, tail, size, gheld[:, r], lookup.demand[:, r])[1]
         out = np.zeros_like(batch.held)
         for g, (held, score) in enumerate(zip(lookup.held, lookup.score)):
+            if scorer:  # as _plan: the residual tier re-ranked by the group's votes
+                score = self._blend(score, lookup.order[g], scorer.padded_votes(batch.stats, held, batch.groups[g]))
             chosen = top_n_mask(held, np.where(flat[:, None], 0.0, score), keep[g], batch.tail_start)
             out[list(batch.groups[g])] = chosen[None]
         return out

@@ -127,6 +127,27 @@ class ResidualScorer:
             top = max([0.0] + [float(vals[~obs].max(initial=0.0)) for units in pooled for _, (vals, obs) in units])
         return [[(own, _scaled(vals, obs, top)) for own, (vals, obs) in units] for units in pooled]
 
+    @property
+    def batched(self) -> bool:
+        """Whether :meth:`padded_votes` computes this scorer's votes for a padded batch: a
+        statistic read group-wide, not pooled, ranked within each group (``per_head`` false,
+        ``split="share"``)."""
+        return self.active and not self.per_head and not self.ranked and not self.statistic.pooled
+
+    def padded_votes(self, stats: np.ndarray, held: np.ndarray, layers) -> np.ndarray:
+        """float64 ``[R, T]``: :meth:`votes` of one group (its ``layers``) for every row of a padded
+        batch, equal to the per-request votes at the held positions bit for bit (the same float32
+        max over heads and sum over layers, the same float64 scaling by the row's largest).
+        ``stats`` float ``[L, H, R, T]`` (0 where not held), ``held`` bool ``[R, T]`` (the group's)."""
+        if not self.batched:
+            raise ValueError(f"the {self.stat} residual (per_head={self.per_head}, split={self.split}) has no "
+                             "padded votes")
+        raw = np.sum([stats[li].max(axis=0) for li in layers], axis=0) * 1.0  # as _raw: per layer, max over heads
+        vals = np.asarray(raw, dtype=np.float64)
+        top = np.where(held, vals, 0.0).max(axis=1, initial=0.0)  # as _scaled: max(0, the row's largest)
+        safe = np.where(top > 0, top, 1.0)[:, None]
+        return np.where(top[:, None] > 0, vals / safe, 0.0)
+
     def _raw(self, view: CacheView, stats: list[np.ndarray], layers) -> Units:
         """A group's units with the statistic summed over its layers (mean when ranked)."""
         scale = 1.0 / len(layers) if self.ranked else 1.0  # x * 1.0 == x: the sum, bit for bit

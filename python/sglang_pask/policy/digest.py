@@ -22,8 +22,11 @@ def canonical_json(policy: "Policy") -> str:
     (``residual_scorer_sha256``; not its file name): a file written before the block existed and
     its conversion give the same string, and so the same :func:`policy_hash`, which run records
     and report rows key on. A new field that changes what a policy does must be added to the
-    string; one that is left out at its default keeps every older policy's hash."""
+    string; one that is left out at its default keeps every older policy's hash. The measured
+    ``pools`` block is left out: it sizes the server's pools and changes no kept set, so a policy
+    measured after it was run keeps the records of those runs."""
     doc = policy.document()
+    doc.pop("pools", None)
     block = doc.pop("residual", None)
     doc.update(legacy_fields(block))
     if block and block.get("scorer_sha256"):  # the scorer's bytes, not where the file lies

@@ -17,6 +17,9 @@ names)::
                   # scorer's sidecar, beside the policy file, pinned by its bytes' sha256)
      "operating_point": {"schedule": "prefill", "interval": 1,   # how it must be run (absent in
                          "segment": {"segment": "none", ...}},   # pask-policy/1 files)
+     "pools": {"share": [0.25, 0.40], "prompt_tokens": 1100.0, ...},  # optional: per group, the share of
+                         # a prompt's positions the group holds, measured (the server sizes its
+                         # per-group KV pools by it; absent: every group's pool holds b)
      "calibration": null | {...}}                # null: an uncalibrated (prior) policy
 
 Unknown keys are refused everywhere; a floor missing from a group's dict is 0. A document that
@@ -103,6 +106,26 @@ class ResidualModel(BaseModel):
         return out
 
 
+class PoolsModel(BaseModel):
+    """What the policy's layer groups hold, measured (``pask policy pools``; the calibration's last
+    stage): ``share[g]`` = prompt positions group ``g`` holds at the end of a request (the union over
+    its KV heads) over the prompt's positions, summed over ``entries`` entries of ``data`` run at the
+    policy's operating point (:mod:`sglang_pask.calibrate.pools`). The server sizes each group's KV
+    pool in proportion, at the same total KV bytes (:func:`~sglang_pask.srt.mem_cache.pools.unit_sizes_for`);
+    it changes no kept set, so :func:`~.digest.policy_hash` leaves it out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: list[float]
+    #: the entries' mean prompt and output tokens (the server keeps one prompt's room in every pool
+    #: and counts output tokens in every group: :func:`~sglang_pask.srt.mem_cache.pools.unit_sizes_for`)
+    prompt_tokens: Optional[float] = None
+    output_tokens: Optional[float] = None
+    data: str
+    entries: int
+    max_tokens: Optional[int] = None
+
+
 class Policy(BaseModel):
     """A compiled per-model persistence table. Construct with :meth:`Policy.model_validate` (or
     :func:`~sglang_pask.policy.load_policy`); invalid values raise ``ValueError`` naming the field."""
@@ -127,6 +150,9 @@ class Policy(BaseModel):
     #: how the policy must be run (format 2; None in format-1 files)
     operating_point: Optional[OperatingPointModel] = None
     calibration: Optional[CalibrationRecord]
+    #: per group, the measured share of a prompt's positions held (None: not measured; the
+    #: server's group pools then each hold b): :class:`PoolsModel`
+    pools: Optional[PoolsModel] = None
     #: the folder the policy was read from (:func:`~.document.load_policy`; None: built in code,
     #: relative names resolve from the working directory)
     _origin: Optional[str] = PrivateAttr(default=None)
@@ -166,6 +192,8 @@ class Policy(BaseModel):
         """The file form (JSON types): :meth:`model_dump` without ``residual`` when there is none
         (the pure lookup), so the policies written before it existed read and write as before."""
         doc = self.model_dump(mode="json")
+        if doc["pools"] is None:  # not measured: files as before
+            del doc["pools"]
         if doc["residual"] is None:
             del doc["residual"]
         else:
@@ -279,6 +307,18 @@ def _problems(p: Policy):
         except OperatingPointError as e:
             where = "operating_point." + ("segment." if e.field not in ("schedule", "interval") else "")
             yield e.named({e.field: where + e.field, **({e.needs: where + e.needs} if e.needs else {})})
+    if p.pools is not None:
+        if len(p.pools.share) != G:
+            yield f"pools.share has {len(p.pools.share)} entries but there are {G} groups"
+        for g, v in enumerate(p.pools.share):
+            if not (0.0 < v <= 1.0):  # NaN fails too
+                yield f"pools.share[{g}] = {v} is outside (0, 1]"
+        for field in ("prompt_tokens", "output_tokens"):
+            v = getattr(p.pools, field)
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                yield f"pools.{field} = {v} is not a finite count >= 0"
+        if p.pools.entries < 1:
+            yield f"pools.entries = {p.pools.entries}: a share is measured on at least one entry"
     if p.calibration is not None:
         for field in ("sensitivity", "distortion"):
             n = len(getattr(p.calibration, field))

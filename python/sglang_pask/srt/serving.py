@@ -126,6 +126,12 @@ class ServingConfig:
     #: the learned scorer the method reads (``learned_heads``: :mod:`.attention.learned_scores`), bound to the
     #: served model; None for every other method
     scorer: Optional[LearnedScorer] = None
+    #: per unit, what it holds of a prompt (the policy's measured ``pools.share`` of the unit's group):
+    #: the unit pools are sized in proportion (:func:`.mem_cache.pools.unit_sizes_for`); None: b x N each
+    #: (a policy without the block, a baseline, or PASK at a budget other than the policy's)
+    unit_share: Optional[tuple[float, ...]] = None
+    #: the measurement's mean prompt and output tokens (``pools.prompt_tokens`` / ``output_tokens``)
+    pool_tokens: Optional[tuple[float, float]] = None
 
     @property
     def rule(self) -> SegmentRule:
@@ -149,8 +155,10 @@ class ServingConfig:
     def describe(self) -> str:
         need = self.method.needs_attention
         stats = "" if need is None else f", attention statistics {need} (torch backend)"
+        pools = ("" if self.unit_share is None else
+                 f" sized by the policy's measured shares {[round(s, 3) for s in self.unit_share]}")
         return (f"method {self.method.name}, budget {self.budget:g}{stats}, {self.resolved.point.describe()}, "
-                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}, "
+                f"{len(self.units)} KV unit(s) {[list(u) for u in self.units]}{pools}, "
                 f"radix cache {'on (caches compressed segments)' if self.radix else 'off'}")
 
 def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
@@ -218,6 +226,12 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     groups = tuple(tuple(g) for g in policy.groups)
     num_layers = sum(len(g) for g in groups)
     units = groups if kv.per_group else tuple((layer,) for layer in range(num_layers))
+    unit_share = pool_tokens = None
+    if name == "pask" and policy.pools is not None and kv.budget == policy.budget:  # measured at that budget
+        group_of = {layer: g for g, layers in enumerate(groups) for layer in layers}
+        unit_share = tuple(policy.pools.share[group_of[u[0]]] for u in units)
+        if policy.pools.prompt_tokens:
+            pool_tokens = (policy.pools.prompt_tokens, policy.pools.output_tokens or 0.0)
     if point.segment.active:
         try:
             check_segment_method(kv)
@@ -240,7 +254,8 @@ def build_config(policy_path: str, flags: Optional[ServingFlags] = None,
     return ServingConfig(policy_path=policy_path, method=kv, units=units, groups=groups,
                          num_layers=num_layers, resolved=resolved, kept_log=flags.kept_log,
                          radix=bool(flags.radix) and point.segment.active,  # the tree holds segments only
-                         policy_sha256=policy_hash(policy), prefill_chunk=chunk, scorer=scorer)
+                         policy_sha256=policy_hash(policy), prefill_chunk=chunk, scorer=scorer,
+                         unit_share=unit_share, pool_tokens=pool_tokens)
 
 
 @lru_cache(maxsize=1)

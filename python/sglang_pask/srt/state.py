@@ -30,7 +30,7 @@ class PaskState:
     #: request tags read in the scheduler (managers/request_tags): ``tags``
     tags: dict = _counts("tagged", "untagged", "output_fallback", "forged", "refused")
     #: compressions at the eviction point (managers/persist): ``compression``
-    compression: dict = _counts("compressions", "requests_compressed", "errors")
+    compression: dict = _counts("compressions", "requests_compressed", "errors", "batch_fallbacks")
     #: the decode loop's wall time and compression's part of it (managers/persist): ``decode_steps``
     #: timed, ``step_s`` their summed period (gaps over persist.IDLE_GAP_S are idle, not counted),
     #: ``compress_s`` inside compress_batch: ``compression_time``

@@ -63,11 +63,16 @@ def test_writes_policies_that_validate_bind_and_run(runs):
         assert set(cal.distortion[0]) == {"0.5", "0.33"}
         assert p.point == OperatingPoint("prefill")  # the operating point it was calibrated under
         assert make_method("pask", policy=p).schedule == "prefill"  # binds into the method, at that point
+        # what each group holds, measured on the held-out entry: the server sizes its pools by it
+        assert p.pools is not None and p.pools.entries == 1 and len(p.pools.share) == 2
+        assert p.pools.data == f"{DATA} (check entries)" and all(0 < x <= 1 for x in p.pools.share)
     assert out.read_bytes() == out.with_name("toy.b0.33.json").read_bytes()
     md = out.with_name("toy.calibration.md").read_text()
-    for part in ("Task-error sensitivity", "Attention-output distortion", "Family search", "Held-out check"):
+    for part in ("Task-error sensitivity", "Attention-output distortion", "Family search", "Held-out check",
+                 "What each group holds"):
         assert part in md
     doc = json.loads(out.with_name("toy.calibration.json").read_text())
+    assert set(doc["pools"]) == {"0.5", "0.33"} and "pools 0.33" in doc["timings_s"]
     assert doc["split_sizes"] == {"probe": 1, "fit": 2, "check": 1}  # every stage ran on something
     assert doc["search_progress"] == {}  # a finished search leaves no partial record
     for s in doc["search"].values():  # per-entry outcomes in every row; the 2-fold estimate of the search

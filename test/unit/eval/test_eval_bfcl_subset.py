@@ -117,3 +117,42 @@ def test_a_synthetic_split_without_a_calibrations_entries(tmp_path):
     assert _keys(kept) == _keys(load_spec("synthetic:calib:40:tiny")[30:])
     with pytest.raises(ValueError, match=r"unknown or repeated option 'seed'"):
         load_spec("synthetic:calib:40:tiny:seed=1")
+
+
+def test_distractors_make_a_catalog_the_checker_never_sees():
+    """``:distractors=N``: each prompt offers its own tools plus N others (none named as its own,
+    distinct, shuffled, the same for the same seed); ``functions`` and the checker are unchanged, and
+    a call to a distractor is scored a wrong function."""
+    from sglang_pask.eval.checker import check
+    from sglang_pask.eval.harness import Settings, build_request
+
+    plain = load_spec("bfcl:simple_python,multiple:eval=10")
+    cat = load_spec("bfcl:simple_python,multiple:eval=10:distractors=20")
+    assert [e.id for e in cat] == [e.id for e in plain] and parse_spec(
+        "bfcl:all:eval=6:distractors=20")["distractors"] == 20
+    for e, p in zip(cat, plain):
+        assert e.functions == p.functions and e.ground_truth == p.ground_truth and not p.tools
+        names = [f["name"] for f in e.tools]
+        own = {f["name"] for f in e.functions}
+        assert len(names) == len(set(names)) == len(own) + 20 and own <= set(names)
+        req, name_map = build_request(e, Settings())
+        assert len(req.tools) == len(own) + 20 and set(name_map.values()) == set(names)
+    assert any([f["name"] for f in e.tools][:len(e.functions)] != [f["name"] for f in e.functions] for e in cat)
+    assert load_spec("bfcl:simple_python,multiple:eval=10:distractors=20") == cat  # deterministic
+    assert load_spec("bfcl:simple_python,multiple:eval=10:seed=1:distractors=20") != cat
+    e = cat[0]
+    wrong = next(f["name"] for f in e.tools if f["name"] not in {g["name"] for g in e.functions})
+    assert not check(list(e.functions), [{wrong: {}}], list(e.ground_truth), e.category).valid
+    syn = load_spec("synthetic:calib:20:tiny:distractors=5")
+    assert all(len(x.tools) == len(x.functions) + 5 for x in syn)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("synthetic:calib:20:tiny:distractors=0", "distractors='0' must be a positive integer"),
+    ("synthetic:calib:20:tiny:group=4:distractors=3", "use one of them"),
+    ("bfcl:simple_python:eval=3:distractors=x", "distractors='x' must be a positive integer"),
+    ("synthetic:calib:3:tiny:distractors=500", "only"),
+])
+def test_bad_distractors_are_named(spec, words):
+    with pytest.raises(ValueError, match=words):
+        load_spec(spec)

@@ -88,3 +88,42 @@ def test_top_n_mask_equals_top_n_row_by_row(seed):
         if (h >= tail[r]).sum() != T - tail[r] or n[r] < T - tail[r]:
             continue
         assert np.array_equal(np.flatnonzero(got[r]), top_n(h, scores[r, h], int(n[r]), int(tail[r])))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1), budget=st.sampled_from([1e-3, 0.05, 0.2, 0.33, 0.5, 1.0]),
+       blend=st.sampled_from([0.25, 0.5, 0.75, 1.0]), ties=st.booleans())
+def test_padded_learned_residual_equals_select_per_request(seed, budget, blend, ties):
+    """PASK whose residual reads the learned scorer group-wide (``--equal-pools`` policies): the
+    padded selection blends the same votes as ``select`` on each row's view, which gets its
+    ``learned_heads`` from the same array (ties: scores from a few values, 0 among them)."""
+    from sglang_pask.methods.pask import Pask
+
+    rng = np.random.default_rng(seed)
+    batch = random_batch(seed, per_group=True)
+    H = int(rng.integers(1, 4))
+    shape = (batch.num_layers, H, batch.size, batch.held.shape[2])
+    values = rng.choice([0.0, 0.5, 1.0, 3.0], size=shape) if ties else np.exp(-8 * rng.random(shape))
+    batch.stats = (values * batch.held[:, None]).astype(np.float32)  # 0 where not held
+    batch.stats_field = "learned_heads"
+    method = make_method("pask", budget, policy=random_policy(seed, batch.groups, budget),
+                         attention_blend=blend, attention_stat="learned")
+    assert isinstance(method, Pask) and method.residual_scorer.batched
+    got = method.select_padded(batch)
+    for r in range(batch.size):
+        kept = method.select(batch.view(r)).kept
+        for layer, k in enumerate(kept):
+            assert np.array_equal(np.flatnonzero(got[layer, r]), k), (r, layer)
+
+
+def test_padded_residual_refuses_what_it_cannot_batch():
+    batch = random_batch(3, per_group=True)
+    p = random_policy(3, batch.groups, 0.33)
+    with pytest.raises(ValueError, match="no attention statistics for this residual"):  # no stats given
+        make_method("pask", 0.33, policy=p, attention_blend=0.5, attention_stat="learned").select_padded(batch)
+    batch.stats = np.zeros((batch.num_layers, 2, *batch.held.shape[1:]), np.float32)
+    batch.stats_field = "learned_heads"
+    for options in ({"attention_stat": "window"}, {"attention_stat": "learned", "head_split": True},
+                    {"attention_stat": "learned", "residual_split": "scores"}):
+        with pytest.raises(ValueError, match="no attention statistics for this residual"):
+            make_method("pask", 0.33, policy=p, attention_blend=0.5, **options).select_padded(batch)

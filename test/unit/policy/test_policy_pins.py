@@ -29,9 +29,9 @@ OLD_FIELDS = ("attention_blend", "attention_stat", "head_split", "residual_split
 
 #: the shipped set: file of policies/ -> sha256 of its bytes
 SHIPPED = {
-    "pask-tiny-fc.b0.5.json": "3ccbfeba10a568d20bd07a3a1f4b3e87a03da9036f549d438aecfb06f5e0790f",
-    "pask-tiny-fc.b0.33.json": "31c886816d411200e9ee1dd54daab0114819b25f15680a96f63ff606eac37aae",
-    "pask-tiny-fc.b0.2.json": "effb099a6f3c21fc1afca3cf0661424e3e5132962bbb1f44571f7a95fdb3a06b",
+    "pask-tiny-fc.b0.5.json": "a0f37cca03d78a58d63bd2256b42909c40103247769332e3eaf05de3cab0a90d",
+    "pask-tiny-fc.b0.33.json": "563ea2478da7fdee59d10fd621166aeace296d289eabdccc71e3b04bb857167a",
+    "pask-tiny-fc.b0.2.json": "7da904409575fea6c3cc129b8502d6477b7ffbc6567094d8e636f0d6cab08bdf",
     "pask-tiny-fc.prior.json": "95b056caff20127e1df606992f3683cb3ece813531b9c2b1cee5677b69a28331",
     "pask-tiny-fc.kvzap.safetensors": "9bc91edc6a52baf3ab40d203b3db3b1f88216655576c23d7bb9256ff0cd8707b",
     "qwen2.5-coder-0.5b-instruct.b0.33.json": "43d8cc90c8e600d5969b06475fe170468820fea4d2741a2b6d2d481aad63a32f",

@@ -36,8 +36,8 @@ def _no_double(a: PaskAllocator) -> None:
 def _assert_idle(a: PaskAllocator) -> None:
     _no_double(a)
     assert a.full_available_size() == a.size, f"full ids leaked: {a.full_available_size()} of {a.size} free"
-    assert a.unit_available_sizes() == [a.pool.unit_size] * len(a.units), \
-        f"unit slots leaked or freed twice: available {a.unit_available_sizes()}, size {a.pool.unit_size}"
+    assert a.unit_available_sizes() == a.pool.unit_sizes, \
+        f"unit slots leaked or freed twice: available {a.unit_available_sizes()}, sizes {a.pool.unit_sizes}"
     assert int(a.pool.mapping.count_nonzero()) == 0, f"mapping not cleared: {a.pool.mapping.tolist()}"
     assert a.kv_bytes_in_use() == 0
 
@@ -208,3 +208,54 @@ def test_sizes_and_stats():
     assert s["kv_bytes_in_use"] == (1 * 2 + 4 * 2) * pool.bytes_per_token_layer()
     assert s["dropped_total"] == 3 and s["units"] == UNITS
     assert unit_size_for(4096, 0.33) == 1352 and unit_size_for(10, 1.0) == 10 and unit_size_for(1, 0.01) == 1
+
+
+def test_unit_sizes_for_splits_the_same_bytes_by_share():
+    from sglang_pask.srt.mem_cache.pools import unit_sizes_for
+
+    units = [[0], [1], [2], [3]]
+    assert unit_sizes_for(4096, 0.33, units) == [1352] * 4  # no share: b x N each
+    sizes = unit_sizes_for(4096, 0.33, units, [0.46, 0.33, 0.26, 0.26])
+    assert sum(sizes) <= 1352 * 4 and sum(sizes) >= 1352 * 4 - 4  # the same slot-layers, rounded down
+    assert sizes[0] > sizes[1] > sizes[2] == sizes[3]
+    assert abs(sizes[0] / sizes[2] - 0.46 / 0.26) < 0.01  # in proportion to the shares
+    # units of unequal length: slot-layers split by share x layers
+    two = unit_sizes_for(1000, 0.5, [[0, 1, 2], [3]], [0.4, 0.8])
+    assert two[0] * 3 + two[1] <= 500 * 4 and abs(two[1] / two[0] - 2.0) < 0.01
+    # with the workload's prompt and output tokens: one prompt's room in every unit, and every unit
+    # full at the same count of running requests (what each holds: share x prompt + output)
+    prompt, out = 1150.0, 64.0
+    share = [0.577, 0.238, 0.246, 0.259]
+    sized = unit_sizes_for(24824, 0.33, units, share, prompt, out)
+    assert sum(sized) <= 8192 * 4 and sum(sized) >= 8192 * 4 - 4
+    fits = [(n - prompt) / (s * prompt + out) for n, s in zip(sized, share)]
+    assert max(fits) - min(fits) < 0.01 and 15 < fits[0] < 17  # ~16 requests in every unit
+    plain = unit_sizes_for(24824, 0.33, units, share)  # proportional only: the small units bind
+    assert min((n - prompt) / (s * prompt + out) for n, s in zip(plain, share)) < 14.5
+    small = unit_sizes_for(4000, 0.33, units, share, prompt, out)  # not one request beside the next prompt
+    assert small == [1320] * 4  # b x N each: the largest pool every unit can have
+    for bad in ([0.5], [0.5, 0.0, 0.5, 0.5], [0.5, float("nan"), 0.5, 0.5]):
+        with pytest.raises(ValueError, match="one share > 0 per unit"):
+            unit_sizes_for(4096, 0.33, units, bad)
+
+
+def test_sized_units_fill_and_free_at_their_own_sizes():
+    """Unequal unit pools: capacity is the smallest; a unit's drops free only its own slots; idle
+    returns every unit to its own size; the KV bytes are the sizes' slot-layers."""
+    pool = PaskKVPool(units=UNITS, full_size=FULL, unit_size=[10, 6], dtype=torch.float32, head_num=2, head_dim=4,
+                      v_head_dim=None, device="cpu", num_layers=NUM_LAYERS)
+    a = PaskAllocator(FULL, pool, device="cpu", dtype=torch.float32)
+    assert a.capacity == a.available_size() == 6 and pool.kv_bytes_capacity() == (10 * 2 + 6 * 2) * 64
+    ids = a.alloc(6)
+    assert a.unit_available_sizes() == [4, 0] and a.alloc(1) is None  # unit 1 is full
+    a.drop(1, ids[:4])  # the smaller unit keeps 2 of 6
+    assert a.unit_available_sizes() == [4, 4] and a.available_size() == 4
+    more = a.alloc(4)
+    assert more is not None and a.unit_available_sizes() == [0, 0]
+    assert a.stats()["unit_sizes"] == [10, 6]
+    a.free(ids)
+    a.free(more)
+    _assert_idle(a)
+    with pytest.raises(ValueError, match="one size >= 1 per unit"):
+        PaskKVPool(units=UNITS, full_size=FULL, unit_size=[10], dtype=torch.float32, head_num=2, head_dim=4,
+                   v_head_dim=None, device="cpu", num_layers=NUM_LAYERS)

@@ -77,7 +77,7 @@ def _balanced(rig: Rig, held: tuple = ()) -> bool:
     own = sum(int(r.kv.kv_committed_len) - int(r.kv.cache_protected_len) for r in held)
     return (s["full_available"] + t["tokens"] + own == s["full_size"]
             and (t["protected_tokens"] == 0) == (not held)
-            and all(a + n + own == s["unit_size"] for a, n in zip(s["unit_available"], t["unit_slots"]))
+            and all(a + n + own == size for a, n, size in zip(s["unit_available"], t["unit_slots"], s["unit_sizes"]))
             and rig.free_lists_unique())
 
 

@@ -177,7 +177,9 @@ def compress_batch(batch, allocator, config) -> None:
     The due requests are selected together (:func:`compress_padded`: one pool read, one padded
     selection, one free per unit; in segment mode, of their own spans); should that fail, each
     request is retried alone so that only a failing one keeps its Full KV. For a method that
-    reads attention statistics each request is compressed alone (:func:`compress_request`).
+    reads attention statistics each request is compressed alone (:func:`compress_request`), except
+    PASK reading the learned scorer group-wide (:func:`batched`), whose predictions are stored by
+    full id and read in one gather.
 
     When drops freed unit slots, ``batch.batch_is_full`` is cleared: SGLang sets it when a waiting
     request did not fit and clears it only when a request leaves the running batch (or, for its
@@ -199,10 +201,11 @@ def _compress_batch(batch, allocator, config) -> None:
     req_to_token = batch.req_to_token_pool.req_to_token
     freed = None
     # $SGLANG_PASK_BATCHED_COMPRESSION=0: request by request (the reference path the batched one is measured against)
-    if envs.SGLANG_PASK_BATCHED_COMPRESSION.get() and config.method.needs_attention is None:
+    if envs.SGLANG_PASK_BATCHED_COMPRESSION.get() and batched(config):
         try:
             freed = compress_padded(batch.reqs, req_to_token, allocator, config)
         except Exception as e:
+            state().compression["batch_fallbacks"] += 1
             logger.warning("sglang_pask: batched compression failed (%r); compressing request by request", e)
     if freed is None:
         freed = 0
@@ -281,7 +284,11 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
         kept[:, rr, cols] = method.select_padded(view)[:, rr, tt]
         kept |= held[unit_of] & (pos < segs[:, None])[None]
     else:
-        view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL)
+        stats = field = None
+        if method.needs_attention == "learned_heads":  # the learned scorer's, stored by full id
+            field, stats = method.needs_attention, _padded_learned(allocator, ids, held[unit_of])
+        view = PaddedBatch(L, config.groups, lens, classes, held[unit_of], prompt_lens, PROTECTED_TAIL,
+                           stats=stats, stats_field=field)
         kept = method.select_padded(view)  # [L, R, T]
     lo = np.maximum([int(r.kv.cache_protected_len) for r in reqs_due], segs)  # [R]
     freed = 0
@@ -303,6 +310,32 @@ def compress_padded(reqs, req_to_token: torch.Tensor, allocator, config) -> int:
                                                                           np.flatnonzero(kept[layers[0], i])).tolist()
                                             for u, layers in enumerate(units)}})
     return freed
+
+
+def _padded_learned(allocator, ids: torch.Tensor, held: np.ndarray) -> np.ndarray:
+    """float32 ``[L, H, R, T]``: the learned scorer's predictions at every held position of a padded
+    batch (``ids`` int64 ``[R, T]`` full ids, ``held`` bool ``[L, R, T]``), 0 elsewhere, as
+    :meth:`~..attention.learned_scores.LearnedScores.heads` gives them request by request."""
+    learned = getattr(allocator.pool, "learned_scores", None)
+    if learned is None:
+        raise RuntimeError("the learned scorer's predictions are not captured in this process")
+    s = learned.scores[:, ids.cpu()].permute(0, 3, 1, 2).numpy()  # [L, H, R, T]
+    s = np.where(held[:, None], s, np.float32(0.0))
+    if np.isnan(s).any():
+        raise RuntimeError("the learned scorer has no score for some held positions")
+    return s
+
+
+def batched(config) -> bool:
+    """Whether the server's batched compression (:func:`compress_padded`) runs ``config``'s method:
+    every method that reads no attention statistics, and PASK whose residual reads the learned
+    scorer group-wide (:attr:`~sglang_pask.methods.residual.ResidualScorer.batched`) outside segment mode."""
+    method = config.method
+    if method.needs_attention is None:
+        return True
+    scorer = getattr(method, "residual_scorer", None)
+    return (method.needs_attention == "learned_heads" and scorer is not None and scorer.batched
+            and not config.rule.active)
 
 
 def _own_spans(reqs, lens: np.ndarray, config) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,8 @@
 in :mod:`..seam`).
 
 * ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): a :class:`~..mem_cache.pools.PaskKVPool` instead of
-  the MHA pool -- ``--max-total-tokens N`` full ids and, per unit, ``ceil(b * N)`` slots.
+  the MHA pool -- ``--max-total-tokens N`` full ids and, per unit, ``ceil(b * N)`` slots (or the same
+  bytes split by the policy's measured ``pools.share``: :func:`~..mem_cache.pools.unit_sizes_for`).
 * ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): its
   :class:`~..mem_cache.pools.PaskAllocator`.
 * ``KVCacheConfigurator.configure`` (AROUND): the scheduler's ``max_total_num_tokens`` becomes
@@ -41,7 +42,7 @@ def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_
     if config is None or getattr(configurator, "is_draft_worker", False):
         return original(configurator, max_total_num_tokens=max_total_num_tokens,
                         mha_pool_class=mha_pool_class, quant_method=quant_method)
-    from sglang_pask.srt.mem_cache.pools import PaskKVPool, unit_size_for
+    from sglang_pask.srt.mem_cache.pools import PaskKVPool, unit_sizes_for
 
     if getattr(configurator, "is_hybrid_swa", False):
         raise RuntimeError("sglang_pask: sliding-window (hybrid SWA) models are not supported")
@@ -54,7 +55,9 @@ def around_build_pool(original, configurator, *, max_total_num_tokens: int, mha_
                            f"{probe.layer_num} from layer {probe.start_layer} (pipeline parallelism "
                            "is not supported)")
     pool = PaskKVPool(units=config.units, full_size=max_total_num_tokens,
-                      unit_size=unit_size_for(max_total_num_tokens, config.budget), dtype=probe.dtype,
+                      unit_size=unit_sizes_for(max_total_num_tokens, config.budget, config.units, config.unit_share,
+                                               *(config.pool_tokens or ())),
+                      dtype=probe.dtype,
                       head_num=probe.head_num, head_dim=probe.head_dim, v_head_dim=probe.v_head_dim,
                       device=probe.device, num_layers=config.num_layers)
     del probe
@@ -86,9 +89,9 @@ def around_configure(original, configurator, *args, **kwargs):
                        "under schedule %s that is every %d decode step(s) once a request is over its budget "
                        "(KVzip's authors score once: --pask-schedule prefill)", config.method.name,
                        config.method.schedule, config.method.interval)
-    logger.info("sglang_pask: KV pools: %d full ids (index only), %d unit(s) x %d slots; KV %.2f MB "
+    logger.info("sglang_pask: KV pools: %d full ids (index only), %d unit(s) of %s slots; KV %.2f MB "
                 "(Full KV for %d tokens: %.2f MB, ratio %.3f) + indices %.2f MB; the scheduler sees "
-                "max_total_num_tokens=%d", alloc.size, len(pool.units), pool.unit_size,
+                "max_total_num_tokens=%d", alloc.size, len(pool.units), pool.unit_sizes,
                 pool.kv_bytes_capacity() / 1e6, alloc.size, full_bytes / 1e6,
                 pool.kv_bytes_capacity() / max(full_bytes, 1), pool.index_bytes() / 1e6, alloc.capacity)
     return msgspec.structs.replace(result, max_total_num_tokens=alloc.capacity)
@@ -160,14 +163,18 @@ def after_memory_usage(_result, controller, info) -> None:
     """``info["pask"]``: the scheduler's :class:`~..state.PaskState`, recorded."""
     try:
         from sglang_pask import ops
+        from sglang_pask.srt.managers.persist import batched
         from sglang_pask.srt.mem_cache.pools import PaskAllocator
 
         scheduler = controller.scheduler
         alloc = scheduler.token_to_kv_pool_allocator
         pask = isinstance(alloc, PaskAllocator)
         owned = getattr(scheduler, "_pask_state", None) or state()
-        info["pask"] = owned.record(active_config(), alloc if pask else None,
+        config = active_config()
+        info["pask"] = owned.record(config, alloc if pask else None,
                                     getattr(scheduler, "tree_cache", None) if pask else None,
-                                    kernels=ops.implementation(), batched=envs.SGLANG_PASK_BATCHED_COMPRESSION.get())
+                                    kernels=ops.implementation(),  # whether this method's compression runs batched
+                                    batched=envs.SGLANG_PASK_BATCHED_COMPRESSION.get() and config is not None
+                                    and batched(config))
     except Exception as e:  # never break /server_info
         info["pask"] = {"error": repr(e)}

@@ -4,7 +4,8 @@
   KV bytes: they are an index space of ``full_size`` slots managed by :class:`PaskAllocator`
   (a ``TokenToKVPoolAllocator``, page size 1).
 * **Units** (:mod:`..serving`): each unit ``u`` (consecutive layers) has its own
-  ``MHATokenToKVPool`` of ``unit_size`` slots x ``len(u)`` layers, and a row of the mapping
+  ``MHATokenToKVPool`` of ``unit_sizes[u]`` slots x ``len(u)`` layers (:func:`unit_sizes_for`:
+  b x N each, or in proportion to what the policy's groups hold), and a row of the mapping
   ``mapping[u, full] -> unit slot`` (0: not held in that unit; slot 0 is SGLang's padding slot).
 * **Alloc** gives every new token a slot in every unit; **drop** (:meth:`PaskAllocator.drop`)
   frees a token's slot in one unit and zeroes its mapping; **free** releases the unit slots still
@@ -12,7 +13,7 @@
 
 Invariants (tested): for every unit, ``mapping[u]`` is injective on its non-zero entries;
 ``available_size() == min(full available, min over units of unit available)``; at idle every
-unit allocator is back at ``unit_size`` and the full allocator at ``full_size``. KV bytes held
+unit allocator is back at its ``unit_sizes[u]`` and the full allocator at ``full_size``. KV bytes held
 = the sum over units of (slots in use x ``len(u)`` layers x per-token-layer bytes).
 """
 
@@ -30,11 +31,11 @@ from sglang_pask import ops
 class PaskKVPool(KVCache):
     """The KV buffers: one ``MHATokenToKVPool`` per unit, addressed through ``mapping``.
 
-    ``get_key_buffer(layer_id)`` returns the unit buffer ``[unit_size + 1, heads, head_dim]``,
+    ``get_key_buffer(layer_id)`` returns the unit buffer ``[unit_sizes[u] + 1, heads, head_dim]``,
     indexed by **unit** slots (``mapping[unit_of[layer_id]][full_ids]``), never by full ids.
     """
 
-    def __init__(self, *, units: Sequence[Sequence[int]], full_size: int, unit_size: int,
+    def __init__(self, *, units: Sequence[Sequence[int]], full_size: int, unit_size: int | Sequence[int],
                  dtype: torch.dtype, head_num: int, head_dim: int, v_head_dim: Optional[int],
                  device: str, num_layers: int):
         super().__init__(full_size, 1, dtype, num_layers, device, False)
@@ -44,15 +45,19 @@ class PaskKVPool(KVCache):
         for u, layers in enumerate(self.units):
             for i, layer in enumerate(layers):
                 self.unit_of[layer], self.local[layer] = u, i
-        self.unit_size = int(unit_size)
+        #: slots of each unit's pool (``unit_size``: one int for all units, or one per unit)
+        self.unit_sizes = ([int(unit_size)] * len(self.units) if isinstance(unit_size, int)
+                           else [int(n) for n in unit_size])
+        if len(self.unit_sizes) != len(self.units) or min(self.unit_sizes) < 1:
+            raise ValueError(f"unit sizes {self.unit_sizes} for {len(self.units)} unit(s): one size >= 1 per unit")
         self.head_num, self.head_dim = head_num, head_dim
         self.v_head_dim = v_head_dim if v_head_dim is not None else head_dim
         self.pools = [
-            MHATokenToKVPool(self.unit_size, page_size=1, dtype=dtype, head_num=head_num,
+            MHATokenToKVPool(size, page_size=1, dtype=dtype, head_num=head_num,
                              head_dim=head_dim, v_head_dim=self.v_head_dim, layer_num=len(layers),
                              device=device, enable_memory_saver=False, start_layer=0,
                              enable_alt_stream=False)
-            for layers in self.units
+            for size, layers in zip(self.unit_sizes, self.units)
         ]
         # int64 [U, full_size + 2]: unit slot of each full id (0: not held); the last column is
         # a sentinel so that padded ids (== full_size + 1) map to the padding slot.
@@ -73,7 +78,7 @@ class PaskKVPool(KVCache):
 
     def kv_bytes_capacity(self) -> int:
         """Bytes of all unit buffers (what the pools hold, allocated at start)."""
-        return self.kv_bytes([self.unit_size] * len(self.units))
+        return self.kv_bytes(self.unit_sizes)
 
     def index_bytes(self) -> int:
         return self.mapping.numel() * self.mapping.element_size()
@@ -123,8 +128,8 @@ class PaskAllocator(TokenToKVPoolAllocator):
         #: bumped whenever a live full id may lose unit slots (free, drop, clear): what the radix
         #: cache's per-node slot counts are memoized against (alloc only maps ids no node holds)
         self.mapping_generation = 0
-        self.units = [TokenToKVPoolAllocator(kvcache.unit_size, dtype=dtype, device=device,
-                                             kvcache=p, need_sort=False) for p in kvcache.pools]
+        self.units = [TokenToKVPoolAllocator(size, dtype=dtype, device=device, kvcache=p, need_sort=False)
+                      for size, p in zip(kvcache.unit_sizes, kvcache.pools)]
         super().__init__(full_size, dtype=dtype, device=device, kvcache=kvcache, need_sort=False)
         self.dropped_total = 0  # unit slots freed by drops since start (a counter for tests)
 
@@ -150,7 +155,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
     @property
     def capacity(self) -> int:
         """``available_size()`` at idle: the scheduler's ``max_total_num_tokens``."""
-        return min(self.size, self.pool.unit_size)
+        return min(self.size, *self.pool.unit_sizes)
 
     # -- alloc / free / drop ---------------------------------------------------------------------
     def alloc(self, need_size: int):
@@ -196,7 +201,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
 
     # -- accounting ------------------------------------------------------------------------------
     def unit_slots_in_use(self) -> list[int]:
-        return [self.pool.unit_size - a.available_size() for a in self.units]
+        return [size - a.available_size() for size, a in zip(self.pool.unit_sizes, self.units)]
 
     def kv_bytes_in_use(self) -> int:
         return self.pool.kv_bytes(self.unit_slots_in_use())
@@ -205,7 +210,7 @@ class PaskAllocator(TokenToKVPoolAllocator):
         """JSON-ready counters (``/server_info`` -> ``internal_states[0]["pask"]["pools"]``)."""
         return {
             "full_size": int(self.size), "full_available": int(self.full_available_size()),
-            "unit_size": int(self.pool.unit_size), "units": [list(u) for u in self.pool.units],
+            "unit_sizes": [int(n) for n in self.pool.unit_sizes], "units": [list(u) for u in self.pool.units],
             "unit_available": [int(x) for x in self.unit_available_sizes()],
             "kv_bytes_capacity": int(self.pool.kv_bytes_capacity()),
             "kv_bytes_in_use": int(self.kv_bytes_in_use()),
@@ -225,3 +230,38 @@ def unit_size_for(full_size: int, budget: float) -> int:
     import math
 
     return max(1, int(math.ceil(budget * full_size - 1e-9)))
+
+
+def unit_sizes_for(full_size: int, budget: float, units: Sequence[Sequence[int]],
+                   share: Optional[Sequence[float]] = None, prompt_tokens: Optional[float] = None,
+                   output_tokens: float = 0.0) -> list[int]:
+    """Slots of each unit's pool for ``--max-total-tokens full_size`` at budget ``b``.
+
+    Without ``share``: :func:`unit_size_for` each (b x N). With ``share`` (per unit, what it holds of
+    a prompt: the policy's measured ``pools.share`` of the unit's group), the same slot-layers
+    ``T = unit_size_for(full_size, b) x layers``, each rounded down (never more KV bytes than b x N
+    each), split so that every unit fills at the same count of running requests: a request of
+    ``P = prompt_tokens`` prompt and ``O = output_tokens`` output tokens holds ``share[u] * P + O``
+    slots of unit ``u`` once compressed (output tokens are held by every unit alike under the
+    ``prefill`` schedule), and a new prompt needs ``P`` free slots in every unit before its
+    compression. So ``size[u] = P + R * (share[u] * P + O)`` with ``R`` the requests that fill
+    ``T``. Without ``prompt_tokens``: ``size[u]`` in proportion to ``share[u]``. When the equal
+    pools cannot hold one such request beside the next prompt (``R < 1``: a server smaller than
+    its workload, where prompts are chunked or refused by the pool's size): b x N each, the
+    largest pool every unit can have."""
+    base = unit_size_for(full_size, budget)
+    if share is None:
+        return [base] * len(units)
+    if len(share) != len(units) or not all(s > 0 for s in share):
+        raise ValueError(f"pool shares {list(share)} for {len(units)} unit(s): one share > 0 per unit")
+    layers = [len(u) for u in units]
+    total = base * sum(layers)
+    held = [s * prompt_tokens + output_tokens for s in share] if prompt_tokens else list(share)
+    weight = sum(h * n for h, n in zip(held, layers))
+    transient = prompt_tokens or 0.0
+    if not prompt_tokens:
+        return [max(1, int(total * h / weight)) for h in held]
+    requests = (total - transient * sum(layers)) / weight
+    if requests < 1:
+        return [base] * len(units)
+    return [max(1, int(transient + requests * h)) for h in held]
