@@ -34,7 +34,7 @@ SHIPPED = {
     "pask-tiny-fc.b0.2.json": "7da904409575fea6c3cc129b8502d6477b7ffbc6567094d8e636f0d6cab08bdf",
     "pask-tiny-fc.prior.json": "95b056caff20127e1df606992f3683cb3ece813531b9c2b1cee5677b69a28331",
     "pask-tiny-fc.kvzap.safetensors": "9bc91edc6a52baf3ab40d203b3db3b1f88216655576c23d7bb9256ff0cd8707b",
-    "qwen2.5-coder-0.5b-instruct.b0.33.json": "43d8cc90c8e600d5969b06475fe170468820fea4d2741a2b6d2d481aad63a32f",
+    "qwen2.5-coder-0.5b-instruct.b0.33.json": "57d23b04155b3833e5e0d179699be73e180b2180b8243535658a5e84fdc9fc64",
     "qwen2.5-coder-0.5b-instruct.b0.2.json": "38244d261dbe6063800826bf43fff501cd64f9e81fb2554119273331c7e196b1",
     "qwen2.5-coder-0.5b-instruct.prior.json": "cabcbb8dfa273ff36e41e9a9a91d74e7b05bf77c4b4c4d070dca61dceaeda8b0",
     "tiny-random-qwen3.prior.json": "8df6a620e09ee287393bc2cae77618af158a263d508a1b72e2e42cb228c245ce",
