@@ -258,10 +258,9 @@ def unit_sizes_for(full_size: int, budget: float, units: Sequence[Sequence[int]]
     total = base * sum(layers)
     held = [s * prompt_tokens + output_tokens for s in share] if prompt_tokens else list(share)
     weight = sum(h * n for h, n in zip(held, layers))
-    transient = prompt_tokens or 0.0
     if not prompt_tokens:
         return [max(1, int(total * h / weight)) for h in held]
-    requests = (total - transient * sum(layers)) / weight
+    requests = (total - prompt_tokens * sum(layers)) / weight
     if requests < 1:
         return [base] * len(units)
-    return [max(1, int(transient + requests * h)) for h in held]
+    return [max(1, int(prompt_tokens + requests * h)) for h in held]
