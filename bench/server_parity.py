@@ -69,7 +69,8 @@ def server_side(model, policy, budget, schedule, interval, bodies, max_tokens, m
             pask = json.load(r)["internal_states"][0].get("pask") or {}
     # what the server's own timers say (seconds inside the compression hook; the learned scorer's
     # scoring inside the forwards, for a method that reads one)
-    cost = {k: pask.get(k) for k in ("compression", "compression_time", "reconstruction", "learned_scorer")}
+    cost = {k: pask.get(k) for k in ("compression", "compression_time", "reconstruction", "learned_scorer",
+                                      "decode_index")}
     return server_traces(kept, tags), cost
 
 

@@ -124,3 +124,6 @@ def test_learned_policies_compress_batched_and_keep_what_the_runner_keeps(policy
     assert cost["compression_time"]["batched"] is True, cost
     assert cost["compression"]["errors"] == cost["compression"]["batch_fallbacks"] == 0, cost
     assert cost["learned_scorer"]["missed"] == 0
+    # the decode steps between compressions grew the held-slot index from the step before (and the
+    # tokens above equal the runner's): built whole after each compression, appended otherwise
+    assert cost["decode_index"]["appended"] > 0 and cost["decode_index"]["built"] > 0, cost

@@ -35,6 +35,9 @@ class PaskState:
     #: timed, ``step_s`` their summed period (gaps over persist.IDLE_GAP_S are idle, not counted),
     #: ``compress_s`` inside compress_batch: ``compression_time``
     times: dict = _counts("decode_steps", seconds=("step_s", "compress_s"))
+    #: batched decode forwards' held-slot index (attention/torch_native_backend): built whole or
+    #: grown from the step before by each row's new token: ``decode_index``
+    decode_index: dict = _counts("built", "appended")
     #: KVzip's scoring forwards (attention/reconstruct): ``reconstruction``
     reconstruction: dict = _counts("scored", "forwards", "tokens", seconds=("seconds",))
     #: shared segments (managers/segments) and their views (mem_cache/segment_views): ``segments``
@@ -90,7 +93,7 @@ class PaskState:
                "operating_point": config.resolved.record() if config else None,
                "tags": dict(self.tags), "compression": dict(self.compression),
                "compression_time": {**self.times, "batched": batched},
-               "reconstruction": dict(self.reconstruction),
+               "reconstruction": dict(self.reconstruction), "decode_index": dict(self.decode_index),
                "learned_scorer": learned.stats() if (learned := getattr(getattr(allocator, "pool", None),
                                                                        "learned_scores", None)) else None,
                "kernels": kernels,

@@ -98,3 +98,28 @@ def test_decode_attention_over_padded_slots_equals_sparse_attention_per_request(
         want = sparse_attention(q[i][:, None], kb[s].movedim(0, 1), vb[s].movedim(0, 1), None, None,
                                 D ** -0.5, enable_gqa=True)[:, 0]
         torch.testing.assert_close(got[i], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_padded_append_equals_padded_held_slots_step_after_step(seed):
+    """What consecutive decode steps of one batch build (each row one token longer, its new token
+    held in every unit, nothing dropped between): :func:`padded_append` equals building it whole,
+    step after step; a new token not held in the unit gives None (the backend rebuilds)."""
+    from sglang_pask.srt.attention.torch_native_backend import padded_append, padded_held_slots
+
+    mapping, r2t, rows, lens = _random_batch(seed, full=300, width=40)
+    lens = torch.clamp(lens, max=30)  # room for the steps below
+    g = torch.Generator().manual_seed(200 + seed)
+    free = [int(s) for s in torch.randperm(400, generator=g) + 101]  # slots no row holds yet
+    prev = padded_held_slots(mapping, r2t, rows, lens)
+    for _ in range(8):
+        lens = lens + 1
+        for i in range(len(rows)):  # the step's own token: mapped in this unit
+            mapping[r2t[rows[i], lens[i] - 1].long()] = free.pop()
+        got = padded_append(prev, mapping, r2t, rows, lens)
+        want = padded_held_slots(mapping, r2t, rows, lens)
+        assert got is not None and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        prev = got
+    lens = lens + 1
+    mapping[r2t[rows[0], lens[0] - 1].long()] = 0  # row 0's newest token not held here
+    assert padded_append(prev, mapping, r2t, rows, lens) is None

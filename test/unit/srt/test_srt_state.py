@@ -91,4 +91,5 @@ def test_record_is_what_server_info_shows():
     assert out["compression"] == {"compressions": 3, "requests_compressed": 0, "errors": 0, "batch_fallbacks": 0}
     assert out["compression_time"] == {"decode_steps": 0, "step_s": 0.0, "compress_s": 0.0, "batched": False}
     assert out["released"] == [{"rid": "a"}] and out["method"] is None and "pools" not in out
+    assert out["decode_index"] == {"built": 0, "appended": 0}
     assert set(out) >= {"tags", "reconstruction", "segments", "demoted_rids", "chunked_prefill", "learned_scorer"}

@@ -11,7 +11,11 @@ query position`` over held positions; RoPE is already in K, so dropping never mo
 Decode runs batched: per unit, one padded matrix of held slots per forward
 (:func:`padded_held_slots`) and one call per layer over the whole batch
 (:func:`sglang_pask.ops.decode_attention`: csrc reads the held rows in place; its torch reference
-gathers them for one SDPA call), since a decode query follows every held key. Extend runs request
+gathers them for one SDPA call), since a decode query follows every held key. Consecutive decode
+steps of the same batch, with no slot lost in between (no free, drop or clear: the allocator's
+``mapping_generation`` did not move) and no segment view, only append each row's new token
+(:func:`padded_append`: O(batch x width) copies instead of a gather, a cumsum and a scatter over
+every unit's positions). Extend runs request
 by request; a request that holds every position and queries them all (a fresh prefill, nothing
 dropped) takes SDPA's causal path, which equals the position mask and skips building it.
 
@@ -77,6 +81,22 @@ def padded_held_slots(mapping_u: torch.Tensor, req_to_token: torch.Tensor, rows:
     return out.contiguous(), counts
 
 
+def padded_append(prev: tuple[torch.Tensor, torch.Tensor], mapping_u: torch.Tensor, req_to_token: torch.Tensor,
+                  rows: torch.Tensor, lens: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`padded_held_slots` of the next decode step from the step before it: ``prev`` was
+    built for the same ``rows`` at ``lens - 1``, and since then only each row's token at ``lens - 1``
+    was mapped (the caller checks that no slot was lost). None when a new token is not held in this
+    unit (the caller then builds it whole)."""
+    slots, counts = prev
+    new = mapping_u[req_to_token[rows, lens - 1].long()]  # [B]: each row's newest token's slot
+    if not bool((new > 0).all()):
+        return None
+    out = slots.new_zeros((slots.shape[0], int(counts.max()) + 1))
+    out[:, :slots.shape[1]] = slots
+    out.scatter_(1, counts[:, None], new[:, None])  # column counts[i]: after row i's held slots
+    return out, counts + 1
+
+
 class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
     """torch SDPA per request over each unit's held slots (no sliding window, no cross
     attention, no encoder-decoder: the plugin refuses those models)."""
@@ -102,6 +122,9 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         if kind == "kvzip_heads":
             state().reconstruct_backend = self
         self.rows: list[int] = []  # this forward's request-pool rows, in batch order
+        #: the last batched decode forward's ``((rows, lens, allocator generation), padded)``: what
+        #: :func:`padded_append` may extend (None: build the next one whole)
+        self.last_decode: Optional[tuple[tuple, list]] = None
 
     def init_forward_metadata(self, forward_batch):
         super().init_forward_metadata(forward_batch)
@@ -109,6 +132,7 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
         rows = forward_batch.req_pool_indices.tolist()
         lens = forward_batch.seq_lens.tolist()
         self.unit_meta, self.padded, self.rows = [], None, rows
+        last, self.last_decode = self.last_decode, None
         decode = forward_batch.forward_mode.is_decode()
         if not decode and head_masks.masks():  # a fresh prefill (prefix 0) is a new request in its row
             for r, first in zip(rows, forward_batch.extend_prefix_lens.tolist()):
@@ -124,7 +148,21 @@ class PaskTorchNativeAttnBackend(TorchNativeAttnBackend):
                 and not head_masks.masked(rows)):
             idx = forward_batch.req_pool_indices.long()
             lens_t = forward_batch.seq_lens.to(device=idx.device, dtype=torch.int64)
-            self.padded = [padded_held_slots(m, req_to_token, idx, lens_t, u) for u, m in enumerate(self.pool.mapping)]
+            generation = getattr(getattr(self.model_runner, "token_to_kv_pool_allocator", None),
+                                 "mapping_generation", None)
+            if (last is not None and last[0] == (tuple(rows), [n - 1 for n in lens], generation)
+                    and not segment_views.views()):
+                grown = [padded_append(p, m, req_to_token, idx, lens_t) for p, m in zip(last[1], self.pool.mapping)]
+                self.padded = None if any(g is None for g in grown) else grown
+            counts = state().decode_index
+            if self.padded is None:
+                self.padded = [padded_held_slots(m, req_to_token, idx, lens_t, u)
+                               for u, m in enumerate(self.pool.mapping)]
+                counts["built"] += 1
+            else:
+                counts["appended"] += 1
+            if generation is not None and not segment_views.views():
+                self.last_decode = ((tuple(rows), lens, generation), self.padded)
             return
         for u in range(len(self.pool.units)):
             m = self.pool.mapping[u]
