@@ -1,19 +1,28 @@
-"""The compression operators and decode attention on a GPU, side by side in one run (torch and
-numpy only, so it runs on a bare CUDA image; ``bench/gpu_check.sh`` calls it).
+"""The compression operators, the Triton kernels and decode attention side by side in one run
+(torch, numpy and triton only, so it runs on a bare CUDA image; ``bench/gpu_check.sh`` calls it).
+Without a GPU it runs the CPU columns of part ``ops`` and says which parts it skipped.
 
-Part ``ops``: csrc's ``top_n_mask`` (the selection step of batched compression) for ``R`` running
-requests of ``T`` positions: the compiled CUDA kernel, the compiled CPU one and the numpy
-reference, each checked equal to the reference on the same inputs (random scores with ties, 1/3
-of positions already dropped, a 64-position protected tail, n = 0.33 T). Median ms per call over
-``--reps`` calls, CUDA timed with events after a synchronize.
+Part ``ops``: ``top_n_mask`` (the selection step of batched compression) for ``R`` running
+requests of ``T`` positions: the numpy reference, csrc's compiled CPU operator, the torch sort path
+(``ops/top_n.py``) on CPU, and on a GPU csrc's CUDA kernel and the torch sort path on CUDA, each
+checked equal to the reference on the same inputs (random scores with ties, 1/3 of positions
+already dropped, a 64-position protected tail, n = 0.33 T). Median ms per call over ``--reps``
+calls, CUDA timed with events after a synchronize; the CPU thread count is in the header.
 
-Part ``attention``: one decode step's attention only (no MLP, no projections) of Qwen3-4B's shape
-(36 layers, 32 query / 8 KV heads, head dim 128, bf16; ``F.scaled_dot_product_attention`` with
-GQA): Full KV at context T against the same batch keeping ceil(0.33 T) positions, and against 3x
-the batch at 0.33 (equal KV memory). It bounds what attention alone can give; the whole model's
-TPOT needs the serving bench.
+Part ``triton`` (GPU only: the interpreter is no timing): FlashInfer's per-unit index streams for
+a decode batch (``ops.triton_kernels.unit_indices`` with its one sync, and ``unit_indices_into``
+into fixed buffers) against the torch build (``ops.reference.unit_indices``, what
+``build_unit_indices`` computes), and the learned scorer's fused projection + store against its
+torch reference (float64 on the device), each checked equal first.
 
-    OUT=/tmp/x python3 bench/gpu_ops_bench.py --out $OUT/ops   # writes report.md, results.json
+Part ``attention`` (GPU only): one decode step's attention only (no MLP, no projections) of
+Qwen3-4B's shape (36 layers, 32 query / 8 KV heads, head dim 128, bf16;
+``F.scaled_dot_product_attention`` with GQA): Full KV at context T against the same batch keeping
+ceil(0.33 T) positions, and against 3x the batch at 0.33 (equal KV memory). It bounds what
+attention alone can give; the whole model's TPOT needs the serving bench.
+
+    OUT=/tmp/x python3 bench/gpu_ops_bench.py --out $OUT/ops   # writes report.md, results.json, meta.json
+    OMP_NUM_THREADS=1 .venv/bin/python bench/gpu_ops_bench.py --parts ops --out bench/results/top-n-mask-cpu
 """
 
 from __future__ import annotations
@@ -21,12 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+SKIPPED_WITHOUT_GPU = "no CUDA GPU (torch.cuda.is_available() is False)"
 
 
 def inputs(R: int, T: int, seed: int):
@@ -65,30 +77,80 @@ def cpu_ms(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def part_ops(running, contexts, reps: int) -> list[dict]:
+def part_ops(running, contexts, reps: int, cuda: bool) -> list[dict]:
     import torch
     from sglang_pask import ops
     from sglang_pask.ops import reference
+    from sglang_pask.ops.top_n import top_n_mask_torch
 
     lib = ops.compiled()
-    if lib is None:
-        raise SystemExit(f"gpu_ops_bench: no compiled operators: {ops.implementation()}")
     rows = []
     for R in running:
         for T in contexts:
             held, scores, n, tail = inputs(R, T, R * 7919 + T)
             want = reference.top_n_mask(held, scores, n, tail)
             cpu_t = [torch.from_numpy(x) for x in (held, scores, n, tail)]
-            gpu_t = [x.cuda() for x in cpu_t]
-            got_cpu = lib.top_n_mask(*cpu_t).numpy()
-            got_gpu = lib.top_n_mask(*gpu_t).cpu().numpy()
-            row = {"running": R, "tokens": T, "equal_cpu": bool(np.array_equal(got_cpu, want)),
-                   "equal_cuda": bool(np.array_equal(got_gpu, want)),
-                   "reference_ms": round(cpu_ms(lambda a=(held, scores, n, tail): reference.top_n_mask(*a), reps), 3),
-                   "csrc_cpu_ms": round(cpu_ms(lambda a=cpu_t: lib.top_n_mask(*a), reps), 3),
-                   "csrc_cuda_ms": round(cuda_ms(lambda a=gpu_t: lib.top_n_mask(*a), reps), 3)}
+            paths = {"torch_sort_cpu": (lambda a=cpu_t: top_n_mask_torch(*a), cpu_ms)}
+            if lib is not None:
+                paths["csrc_cpu"] = (lambda a=cpu_t: lib.top_n_mask(*a), cpu_ms)
+            if cuda:
+                gpu_t = [x.cuda() for x in cpu_t]
+                paths["torch_sort_cuda"] = (lambda a=gpu_t: top_n_mask_torch(*a), cuda_ms)
+                has_cuda = torch._C._dispatch_has_kernel_for_dispatch_key("sglang_pask::top_n_mask", "CUDA")
+                if lib is not None and has_cuda:
+                    paths["csrc_cuda"] = (lambda a=gpu_t: lib.top_n_mask(*a), cuda_ms)
+            row = {"running": R, "tokens": T,
+                   "reference_ms": round(cpu_ms(lambda a=(held, scores, n, tail): reference.top_n_mask(*a), reps), 3)}
+            for name, (fn, timer) in paths.items():
+                row[f"equal_{name}"] = bool(np.array_equal(fn().cpu().numpy(), want))
+                row[f"{name}_ms"] = round(timer(fn, reps), 3)
             rows.append(row)
             print("[ops]", json.dumps(row), flush=True)
+    return rows
+
+
+def part_triton(reps: int, device: str = "cuda", units: int = 18, bs: int = 64, T: int = 4096, n: int = 4096,
+                d: int = 2560, h: int = 8) -> list[dict]:
+    """The Triton kernels against their torch builds on the GPU. Defaults: a Qwen3-4B-like step (36
+    layers in 2-layer units, 64 requests of 4,096 positions; a 4,096-token prefill chunk of hidden
+    size 2,560 scored for 8 KV heads). ``device="cpu"`` under TRITON_INTERPRET=1: a smoke run."""
+    import torch
+    from sglang_pask.ops import reference, triton_kernels
+
+    if not triton_kernels.available():
+        return [{"kernel": "all", "skipped": "triton is not importable"}]
+    timer = cuda_ms if device == "cuda" else cpu_ms
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    full = bs * T + 2
+    req_to_token = (torch.randperm(full - 2, generator=g) + 1).view(bs, T).to(torch.int32)
+    mapping = torch.zeros(units, full, dtype=torch.int64)
+    for u in range(units):
+        keep = torch.rand(full - 2, generator=g) < 0.33
+        mapping[u, 1:-1] = torch.where(keep, torch.randperm(full - 2, generator=g) + 1, 0)
+    rows_t, lens = torch.arange(bs), torch.full((bs,), T)
+    args = [x.to(device) for x in (mapping, req_to_token, rows_t, lens)]
+    want = reference.unit_indices(*args)
+    got = triton_kernels.unit_indices(*args, seq_lens_sum=bs * T)
+    equal = all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, want))
+    ptr = torch.empty(units, bs + 1, dtype=torch.int32, device=device)
+    idx = torch.empty(units, bs * T, dtype=torch.int32, device=device)
+    rows.append({"kernel": "unit_indices", "shape": f"{units} units x {bs} requests x {T} positions", "equal": equal,
+                 "torch_ms": round(timer(lambda: reference.unit_indices(*args), reps), 3),
+                 "triton_ms": round(timer(lambda: triton_kernels.unit_indices(*args, seq_lens_sum=bs * T), reps), 3),
+                 "triton_into_ms": round(timer(lambda: triton_kernels.unit_indices_into(*args, ptr, idx), reps), 3)})
+    print("[triton]", json.dumps(rows[-1]), flush=True)
+    x = torch.randn(n, d, generator=g).to(torch.bfloat16).to(device)
+    w, b = (torch.randn(d, h, generator=g) * 0.02).to(device), torch.randn(h, generator=g).to(device)
+    loc = torch.randperm(2 * n, generator=g)[:n].to(device)
+    table = torch.zeros(2 * n, h, device=device)
+    triton_kernels.learned_scores_into(x, w, b, table, loc)
+    ulps = (table[loc].view(torch.int32).long() - reference.learned_scores(x, w, b).view(torch.int32).long())
+    torch_store = lambda: table.index_put_((loc,), reference.learned_scores(x, w, b))  # noqa: E731
+    rows.append({"kernel": "learned_scores", "shape": f"{n} tokens x {d} features -> {h} heads, bf16",
+                 "equal": int(ulps.abs().max()) <= 1, "torch_ms": round(timer(torch_store, reps), 3),
+                 "triton_ms": round(timer(lambda: triton_kernels.learned_scores_into(x, w, b, table, loc), reps), 3)})
+    print("[triton]", json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -124,37 +186,41 @@ def part_attention(contexts, batch: int, reps: int, budget: float) -> list[dict]
     return rows
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="ops,attention")
-    p.add_argument("--running", default="16,64")
-    p.add_argument("--contexts", default="2048,4096")
-    p.add_argument("--batch", type=int, default=16, help="attention part: Full KV's batch")
-    p.add_argument("--budget", type=float, default=0.33)
-    p.add_argument("--reps", type=int, default=20)
-    a = p.parse_args(argv)
-    import torch
+def code_version() -> str:
+    """The commit the run used (``+dirty`` with uncommitted changes), or why it is unknown."""
+    import subprocess
 
-    if not torch.cuda.is_available():
-        print("gpu_ops_bench: torch.cuda.is_available() is False: this bench needs a CUDA GPU", file=sys.stderr)
-        return 3
-    t0 = time.time()
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    parts = a.parts.split(",")
-    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
-    if "ops" in parts:
-        res["ops"] = part_ops(ints(a.running), ints(a.contexts), a.reps)
-    if "attention" in parts:
-        res["attention"] = part_attention(ints(a.contexts), a.batch, a.reps, a.budget)
-    lines = [f"# GPU operators and decode attention ({res['device']}, torch {res['torch']}, "
-             f"CUDA {res['cuda']})", ""]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git checkout)"
+    return f"git {head}{'+dirty' if dirty else ''}"
+
+
+OPS_COLUMNS = (("reference", "numpy reference"), ("csrc_cpu", "csrc CPU"), ("torch_sort_cpu", "torch sort, CPU"),
+               ("csrc_cuda", "csrc CUDA"), ("torch_sort_cuda", "torch sort, CUDA"))
+
+
+def report(res: dict, a) -> str:
+    lines = [f"# Compression operators{', Triton kernels and decode attention' if res['cuda'] else ''} "
+             f"({res['device']}, torch {res['torch']}{', CUDA ' + str(res['cuda']) if res['cuda'] else ''}, "
+             f"{res['threads']} CPU thread(s))", ""]
     if "ops" in res:
-        lines += ["top_n_mask, median ms per call (all three equal to the reference: "
-                  f"{all(r['equal_cpu'] and r['equal_cuda'] for r in res['ops'])})", "",
-                  "| running | tokens | numpy reference | csrc CPU | csrc CUDA |", "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['running']} | {r['tokens']} | {r['reference_ms']} | {r['csrc_cpu_ms']} "
-                  f"| {r['csrc_cuda_ms']} |" for r in res["ops"]] + [""]
+        cols = [(k, label) for k, label in OPS_COLUMNS if f"{k}_ms" in res["ops"][0]]
+        equal = all(v for r in res["ops"] for k, v in r.items() if k.startswith("equal_"))
+        lines += [f"top_n_mask, median ms per call over {a.reps} calls (every path equal to the reference: {equal})",
+                  "", "| running | tokens | " + " | ".join(label for _, label in cols) + " |",
+                  "|---:|---:|" + "---:|" * len(cols)]
+        lines += [f"| {r['running']} | {r['tokens']} | " + " | ".join(str(r[f"{k}_ms"]) for k, _ in cols) + " |"
+                  for r in res["ops"]] + [""]
+    if res.get("triton"):
+        lines += ["Triton kernels vs their torch builds on the GPU, median ms per call (equal: checked first)", "",
+                  "| kernel | shape | equal | torch | Triton | Triton, fixed buffers |", "|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r['kernel']} | {r.get('shape', '')} | {r.get('equal', r.get('skipped'))} "
+                  f"| {r.get('torch_ms', '')} | {r.get('triton_ms', '')} | {r.get('triton_into_ms', '-')} |"
+                  for r in res["triton"]] + [""]
     if "attention" in res:
         lines += [f"Decode attention only, Qwen3-4B shape, 36 layers, bf16, batch {a.batch}; ms per step "
                   f"(per token: the 3x batch's time / 3)", "",
@@ -163,16 +229,58 @@ def main(argv=None) -> int:
                   "|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['tokens']} | {r['kept']} | {r['full_ms']} | {r['pask_same_batch_ms']} "
                   f"| {r['pask_3x_batch_ms']} | {r['per_token_ratio_same_batch']} | {r['per_token_ratio_3x_batch']} |"
-                  for r in res["attention"]]
-    text = "\n".join(lines) + "\n"
+                  for r in res["attention"]] + [""]
+    if res["skipped"]:
+        lines += ["Skipped: " + "; ".join(f"part {k}: {v}" for k, v in res["skipped"].items()), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--parts", default="ops,triton,attention")
+    p.add_argument("--running", default="16,64")
+    p.add_argument("--contexts", default="2048,4096")
+    p.add_argument("--batch", type=int, default=16, help="attention part: Full KV's batch")
+    p.add_argument("--budget", type=float, default=0.33)
+    p.add_argument("--reps", type=int, default=20)
+    a = p.parse_args(argv)
+    import torch
+
+    t0, load0 = time.time(), os.getloadavg()
+    cuda = torch.cuda.is_available()
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    parts = a.parts.split(",")
+    from sglang_pask import ops
+
+    res = {"device": torch.cuda.get_device_name(0) if cuda else f"CPU only, {platform.machine()}",
+           "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
+           "threads": torch.get_num_threads(), "kernels": ops.implementation(), "skipped": {}}
+    if "ops" in parts:
+        res["ops"] = part_ops(ints(a.running), ints(a.contexts), a.reps, cuda)
+    for part, run in (("triton", lambda: part_triton(a.reps)),
+                      ("attention", lambda: part_attention(ints(a.contexts), a.batch, a.reps, a.budget))):
+        if part in parts and cuda:
+            res[part] = run()
+        elif part in parts:
+            res["skipped"][part] = SKIPPED_WITHOUT_GPU
+            print(f"gpu_ops_bench: part {part} skipped: {SKIPPED_WITHOUT_GPU}", file=sys.stderr)
+    text = report(res, a)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": platform.machine(), "wall_s": round(time.time() - t0, 1)}
-    (out / "results.json").write_text(json.dumps({**res, "meta": meta}, indent=1))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ)
+    meta = {"command": " ".join([*([env] if env else []), "python", *sys.argv]), "code": code_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus{', ' + res['device'] if cuda else ''}",
+            "threads": res["threads"], "loadavg_before": [round(x, 2) for x in load0],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.time() - t0, 1)}
+    (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "report.md").write_text(text)
     print(text)
-    return 0 if all(r["equal_cpu"] and r["equal_cuda"] for r in res.get("ops", [])) else 1
+    checks = [v for r in res.get("ops", []) for k, v in r.items() if k.startswith("equal_")]
+    checks += [r["equal"] for r in res.get("triton", []) if "equal" in r]
+    return 0 if all(checks) else 1
 
 
 if __name__ == "__main__":

@@ -100,6 +100,10 @@ ORDER: dict[str, str] = {
     "eval entries each, reference runner, prefill; calibrated PASK against the baselines and Full KV.",
     "gpu-check-h200": "The GPU script on a lent H200: csrc's CUDA build and tests, the operators' "
     "refusals, `top_n_mask` timed, decode attention alone at Qwen3-4B's shape (see its README.md).",
+    "top-n-mask-cpu": "`top_n_mask` on CPU, one thread: the numpy reference, csrc's compiled operator and the "
+    "torch sort path (`ops/top_n.py`, the O(T log T) path on any device), each checked equal to the reference.",
+    "gpu-check-dry-run": "The GPU script's dry run on this CPU machine: what it would run, what it would skip "
+    "and why; nothing was built or run on a GPU.",
 }
 
 #: folders whose files do not record their command: the script whose default RESULTS path they are

@@ -564,7 +564,7 @@ def main(argv=None) -> int:
     p.add_argument("--tpot-policy", default=None)
     p.add_argument("--server-args", default="",
                    help="extra flags for every server of both parts, e.g. '--attention-backend flashinfer "
-                        "--disable-cuda-graph' on a GPU (split on spaces)")
+                        "--cuda-graph-backend-prefill disabled' on a GPU (split on spaces)")
     p.add_argument("--quick", action="store_true", help="16 requests, 1 context of 1024: a smoke run")
     p.add_argument("--repeat", type=int, default=3,
                    help="rounds of part 1, each starting every server once in the same order (default 3): rows "

@@ -3,7 +3,9 @@
 # the kernels with nvcc to an object, the torch binding with the host compiler (-fsyntax-only)
 # against torch's headers and the CUDA toolkit's. A CPU torch wheel lacks the one header CMake
 # generates for c10/cuda (cuda_cmake_macros.h); the check writes it, as CMake would, into a
-# temporary include folder. Nothing built here runs: a GPU machine builds and tests (setup.py).
+# temporary include folder. Then the Triton kernels of python/sglang_pask/ops/ are compiled to
+# cubins the same way (bench/triton_compile_check.py). Nothing built here runs: a GPU machine builds
+# and tests (setup.py, bench/gpu_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -26,3 +28,4 @@ for cpp in csrc/cuda/*.cpp; do
   ${CXX:-c++} -std=c++20 -fsyntax-only -w $TI -I"$tmp" -I"$CUDA_INC" "$cpp"
   echo "csrc-check: ${CXX:-c++} checked $cpp against torch and CUDA headers"
 done
+TRITON_CACHE_DIR="$tmp/triton" PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} $PY bench/triton_compile_check.py --arch "${ARCH//[!0-9]/}"

@@ -1,11 +1,11 @@
 // sglang_pask's compiled CPU operators, registered as torch.ops.sglang_pask.* (loaded by
 // python/sglang_pask/ops/__init__.py; the torch reference in ops/reference.py is the oracle that
-// test/test_ops.py checks them against on random inputs).
+// test/unit/ops/test_ops.py checks them against on random inputs).
 //
 //   top_n_mask(held bool[R, T], scores float64[R, T], n int64[R], tail_start int64[R]) -> bool[R, T]
 //     per row r: every held position >= tail_start[r] scores +inf; keep the n[r] held positions of
-//     highest (score, position) -- ties go to the newer position, NaN ranks below every number --,
-//     all of them when n[r] reaches the held count, none when n[r] <= 0. O(T) per row
+//     highest (score, position) -- ties go to the newer position (-0.0 ties +0.0), NaN ranks below
+//     every number --, all of them when n[r] reaches the held count, none when n[r] <= 0. O(T) per row
 //     (nth_element over (order key, position) pairs compared as integers), rows in parallel.
 //   take_slots(mapping int64[U, F], unit int, full_ids int64[N]) -> int64[M]
 //     the unit's slots of full_ids that are held (> 0), in full_ids order, and those mapping
@@ -34,9 +34,11 @@
 
 namespace {
 
-// a uint64 whose unsigned order is the score order: -inf < ... < +inf, NaN (any payload) lowest
+// a uint64 whose unsigned order is the score order: -inf < ... < +inf, NaN (any payload) lowest,
+// -0.0 equal to +0.0 (the reference compares values: a tie between them goes to the newer position)
 inline uint64_t order_key(double v) {
   if (std::isnan(v)) return 0;
+  if (v == 0.0) v = 0.0;
   uint64_t u;
   std::memcpy(&u, &v, sizeof u);
   return (u >> 63) ? ~u : (u | (uint64_t{1} << 63));

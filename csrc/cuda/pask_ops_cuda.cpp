@@ -1,6 +1,7 @@
 // The CUDA implementations of torch.ops.sglang_pask.* (schemas in csrc/cpu/pask_ops.cpp). Built
 // only by a CUDA torch (setup.py); compile-checked elsewhere with `make csrc-check`. Run on an H200
-// by bench/gpu_check.sh: test_ops.py passes on CUDA (bench/results/gpu-check-h200/).
+// by bench/gpu_check.sh: test_ops.py passed on CUDA (bench/results/gpu-check-h200/) with the earlier
+// top_n_mask kernel; the radix select that replaced it (pask_ops_kernels.cu) is UNTESTED on a GPU.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

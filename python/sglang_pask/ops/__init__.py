@@ -1,6 +1,8 @@
 """The hot operators of batched compression, compiled (csrc/, ``torch.ops.sglang_pask.*``) when
 the extension was built, else their reference (:mod:`.reference`, same contracts, same results:
-``test_ops.py``).
+``test_ops.py``). :func:`top_n_mask_tensor` takes torch tensors on any device: the compiled kernel
+for that device, else one sort per row (:mod:`.top_n`). The Triton kernels of the GPU path and
+their torch fallbacks are in :mod:`.triton_kernels` (imported on use: it imports triton).
 
 :func:`implementation` says which runs and why (the server logs it at start-up and shows it in
 ``/server_info``). ``SGLANG_PASK_OPS=reference`` forces the reference (for A/B runs and tests).
@@ -22,8 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["implementation", "top_n_mask", "take_slots", "decode_attention", "compiled"]
-
+__all__ = ["implementation", "top_n_mask", "top_n_mask_tensor", "take_slots", "decode_attention", "compiled"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,6 +82,23 @@ def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: 
                          torch.from_numpy(np.ascontiguousarray(n, dtype=np.int64)),
                          torch.from_numpy(np.ascontiguousarray(tail_start, dtype=np.int64)))
     return out.numpy()
+
+
+def top_n_mask_tensor(held: "torch.Tensor", scores: "torch.Tensor", n: "torch.Tensor",
+                      tail_start: "torch.Tensor") -> "torch.Tensor":
+    """bool ``[R, T]`` on ``held``'s device (:func:`.reference.top_n_mask`'s contract) for torch
+    tensors on any device: the compiled kernel where the library has one for that device, else one
+    stable sort per row (:func:`.top_n.top_n_mask_torch`, O(T log T))."""
+    import torch
+
+    ops = compiled()
+    device = held.device.type.upper()
+    if ops is not None and torch._C._dispatch_has_kernel_for_dispatch_key("sglang_pask::top_n_mask", device):
+        return ops.top_n_mask(held, scores.to(torch.float64), n.to(held.device, torch.int64),
+                              tail_start.to(held.device, torch.int64))
+    from sglang_pask.ops.top_n import top_n_mask_torch
+
+    return top_n_mask_torch(held, scores, n, tail_start)
 
 
 def take_slots(mapping: "torch.Tensor", unit: int, full_ids: "torch.Tensor") -> "torch.Tensor":

@@ -13,14 +13,24 @@ Contracts (shapes as in :mod:`sglang_pask.methods.padded`):
 * :func:`decode_attention`: ``[B, H, Dv]`` -- one decode query per request over the KV rows
   ``slots[b, :counts[b]]`` of ``k_buf`` / ``v_buf``: ``softmax(scale q.k) v``, query head ``h``
   reading KV head ``h // (H / HK)`` (SDPA's ``enable_gqa``); ``1 <= counts[b] <= L``.
+
+The torch versions of the Triton kernels (:mod:`.triton_kernels`):
+
+* :func:`unit_indices`: per unit, FlashInfer's index stream of the batch's held slots:
+  ``srt/attention/flashinfer_backend.build_unit_indices``' result, its views given as dense masks.
+* :func:`learned_scores`: float32 ``[n, H]`` -- the learned scorer's predicted KVzip scores,
+  ``exp(min(x @ W + b, 80))`` summed in float64 and rounded once
+  (:meth:`sglang_pask.methods.learned.LearnedScorer.scores`, transposed).
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
-__all__ = ["top_n_mask", "take_slots", "decode_attention"]
+__all__ = ["top_n_mask", "take_slots", "decode_attention", "unit_indices", "learned_scores"]
 
 
 def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: np.ndarray) -> np.ndarray:
@@ -58,3 +68,46 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, 
     return torch.nn.functional.scaled_dot_product_attention(
         q.unsqueeze(2), k, v, attn_mask=valid[:, None, None, :], enable_gqa=q.shape[1] != k_buf.shape[1],
         scale=scale).squeeze(2)
+
+
+def unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+                 seq_lens: torch.Tensor, view_lens: Optional[torch.Tensor] = None,
+                 view_keep: Optional[torch.Tensor] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``U`` pairs ``(kv_indptr int32 [bs + 1], kv_indices int32 [nnz_u])``: for unit ``u`` and
+    request ``i`` (row ``r_i = req_pool_indices[i]``), the slots ``mapping[u, req_to_token[r_i,
+    :seq_lens[i]]]`` that are ``> 0``, in position order, concatenated; a view hides position
+    ``p < view_lens[i]`` where ``view_keep[u, i, p]`` is False (its slot reads 0). ``mapping`` int64
+    ``[U, F]``, ``req_to_token`` int ``[P, M]``, ``req_pool_indices`` / ``seq_lens`` int ``[bs]``,
+    ``view_lens`` int64 ``[bs]`` and ``view_keep`` bool ``[U, bs, W]`` (``W >= max(view_lens)``)
+    or both None. Results on ``mapping``'s device."""
+    device = mapping.device
+    U, bs = int(mapping.shape[0]), int(seq_lens.shape[0])
+    lens = seq_lens.to(device, torch.int64)
+    total = int(lens.sum())
+    if bs == 0 or total == 0:
+        return [(torch.zeros(bs + 1, dtype=torch.int32, device=device),
+                 torch.zeros(0, dtype=torch.int32, device=device)) for _ in range(U)]
+    rows = req_pool_indices.to(device, torch.int64)
+    seg = torch.repeat_interleave(torch.arange(bs, device=device), lens, output_size=total)  # request of each token
+    pos = torch.arange(total, device=device) - (torch.cumsum(lens, 0) - lens)[seg]  # its position
+    full_ids = req_to_token[rows[seg], pos].to(torch.int64)
+    out = []
+    for u in range(U):
+        slots = mapping[u].index_select(0, full_ids)
+        if view_lens is not None and view_keep.shape[2] > 0:
+            inside = pos < view_lens.to(device)[seg]
+            hidden = inside & ~view_keep[u, seg, pos.clamp(max=max(view_keep.shape[2] - 1, 0))]
+            slots = torch.where(hidden, torch.zeros_like(slots), slots)
+        held = slots > 0
+        kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=device)
+        kv_indptr[1:] = torch.cumsum(torch.zeros(bs, dtype=torch.int64, device=device).index_add_(
+            0, seg, held.to(torch.int64)), 0)
+        out.append((kv_indptr, slots[held].to(torch.int32)))
+    return out
+
+
+def learned_scores(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """See the module docstring. ``x [n, D]`` (any float dtype, read as float32 as the server
+    does), ``weight`` ``[D, H]``, ``bias`` ``[H]``."""
+    y = x.float().double() @ weight.to(x.device, torch.float64) + bias.to(x.device, torch.float64)
+    return torch.exp(torch.clamp(y, max=80.0)).float()

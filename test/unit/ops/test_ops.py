@@ -25,8 +25,9 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", range(6))
 def test_top_n_mask_equals_the_reference(seed, device):
-    """Ties (few distinct scores), -inf and NaN scores, n from 0 past the held count, tails of
-    0-3 positions, a row with nothing held: the compiled mask equals the reference bit for bit."""
+    """Ties (few distinct scores), -inf and NaN scores, -0.0 beside +0.0 (one value: the tie goes
+    to the newer position), n from 0 past the held count, tails of 0-3 positions, a row with
+    nothing held: the compiled mask equals the reference bit for bit."""
     rng = np.random.default_rng(seed)
     R, T = int(rng.integers(1, 40)), int(rng.integers(1, 900))
     held = rng.random((R, T)) < rng.uniform(0.05, 1.0)
@@ -34,6 +35,8 @@ def test_top_n_mask_equals_the_reference(seed, device):
     scores = rng.integers(0, 4, (R, T)).astype(np.float64) + (rng.random((R, T)) if seed > 2 else 0.0)
     scores[rng.random((R, T)) < 0.05] = -np.inf
     scores[rng.random((R, T)) < 0.02] = np.nan
+    scores[rng.random((R, T)) < 0.05] = -0.0
+    scores[rng.random((R, T)) < 0.05] = 0.0
     n = rng.integers(-1, T + 2, R)
     tail = T - rng.integers(0, 4, R)
     if device == "cpu":

@@ -43,22 +43,36 @@ the ``prefill`` schedule that is the prefill forward only. A per-KV-head *select
 cannot be applied by these kernels, so such methods are refused at start-up (``persist_hooks``).
 UNTESTED on a GPU: on CPU the recording glue runs against the torch stand-in for the wrappers.
 
-Not supported (refused with a clear error): CUDA graphs (pass ``--disable-cuda-graph``),
-speculative decoding and other forward modes than EXTEND/MIXED/DECODE/IDLE, sliding-window,
+CUDA graphs, decode only (UNTESTED on a GPU; :mod:`.flashinfer_graphs` holds the buffers and their
+index map): :meth:`~PaskFlashInferAttnBackend.init_cuda_graph_state` allocates, once, per unit index
+buffers of a capacity fixed by the unit pool's size; capture makes, per captured batch size, one
+decode wrapper per unit in CUDA-graph mode bound to them; the replay prep builds the real rows'
+streams as the eager path does (:func:`build_unit_indices`, segment views applied), writes them
+and the padding rows into the same buffers in place and re-plans the same wrappers. Per-KV-head
+selections (head masks) stay refused on this backend, so none reaches the buffers.
+
+Not supported (refused with a clear one-line error): CUDA graphs for prefill (pass
+``--cuda-graph-backend-prefill disabled``: SGLang's CUDA default is breakable prefill graphs);
+decode graphs for a method that reads attention statistics (the recorder and the learned scorer
+work in torch per forward: ``--cuda-graph-backend-decode disabled``) and under SGLang's metadata
+glue graph (``SGLANG_ENABLE_METADATA_GLUE_GRAPH``: the replay prep syncs on the host); speculative
+decoding and other forward modes than EXTEND/MIXED/DECODE/IDLE, sliding-window,
 cross-attention/encoder-decoder, encoder-only and multimodal models, multi-item scoring,
 attention logit soft-capping, ``head_dim != v_head_dim``.
 
-The index streams are a snapshot of ``mapping`` taken when the forward is planned
-(:meth:`PaskFlashInferAttnBackend.init_forward_metadata`); drops must not free slots that an
-in-flight forward still reads.
+The index streams are a snapshot of ``mapping`` taken when the forward is planned (eager:
+:meth:`PaskFlashInferAttnBackend.init_forward_metadata`; graphs: the replay prep); drops must not
+free slots that an in-flight forward still reads.
 
 FlashInfer is imported lazily in :class:`PaskFlashInferAttnBackend`, so this module imports
-without it. On CPU (``test/unit/srt/test_srt_flashinfer_indices.py``) only the pure-torch parts and the
-planning/dispatch glue (against a torch stand-in for the wrappers) are tested; the kernels are not.
+without it. On CPU (``test/unit/srt/test_srt_flashinfer_indices.py``, ``test_srt_flashinfer_graphs.py``)
+only the pure-torch parts and the planning/dispatch/graph glue (against a torch stand-in for the
+wrappers) are tested; the kernels are not.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
@@ -66,11 +80,16 @@ import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
 from sglang_pask.srt.attention import window_stats
+from sglang_pask.srt.attention.flashinfer_graphs import GraphIndexBuffers, capacities
 from sglang_pask.srt.mem_cache import segment_views
 
-_CUDA_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend re-plans its per-unit KV indices on the host "
-                   "every forward and cannot run under CUDA graphs; start the server with "
-                   "--disable-cuda-graph")
+logger = logging.getLogger("sglang_pask")
+
+_PREFILL_GRAPH_MSG = ("sglang_pask: the PASK FlashInfer backend runs CUDA graphs for decode only (its prefill "
+                      "re-plans per-unit indices on the host); start the server with "
+                      "--cuda-graph-backend-prefill disabled")
+_CAPTURED_PLAN_MSG = ("sglang_pask: PASK FlashInfer planning ran inside a CUDA-graph capture (it is host work); "
+                      "only decode graphs, planned through init_forward_metadata_out_graph, are supported")
 
 # FlashInfer's merge_state CUDA kernel launches (head_dim / vec, num_heads) threads per block.
 _MAX_THREADS_PER_BLOCK = 1024
@@ -151,8 +170,8 @@ def _merge_state_fits(num_heads: int, head_dim: int, element_size: int) -> bool:
     return num_heads * max(head_dim // vec, 1) <= _MAX_THREADS_PER_BLOCK
 
 
-def _cuda_graphs_requested() -> bool:
-    """True when SGLang's published CUDA-graph config enables a phase (False if unpublished)."""
+def _prefill_graphs_requested() -> bool:
+    """True when SGLang's published CUDA-graph config enables prefill graphs (False if unpublished)."""
     try:
         from sglang.srt.model_executor.cuda_graph_config import Backend, Phase
         from sglang.srt.runtime_context import get_exec
@@ -162,7 +181,7 @@ def _cuda_graphs_requested() -> bool:
         return False
     if cfg is None:
         return False
-    return any(getattr(getattr(cfg, p, None), "backend", Backend.DISABLED) != Backend.DISABLED for p in Phase.ALL)
+    return getattr(getattr(cfg, Phase.PREFILL, None), "backend", Backend.DISABLED) != Backend.DISABLED
 
 
 @dataclass
@@ -170,13 +189,16 @@ class PaskFlashInferMetadata:
     """What :meth:`PaskFlashInferAttnBackend.init_forward_metadata` planned for this forward.
 
     ``decode``: decode wrappers planned (else ragged + per-unit prefix wrappers); ``unit_nnz[u]``:
-    keys planned in unit ``u`` (decode: all held keys; extend: held prefix keys);
-    ``has_prefix[u]`` (extend): unit ``u``'s paged prefix wrapper was planned (``unit_nnz > 0``).
+    keys planned in unit ``u`` (decode: all held keys, a CUDA-graph batch's padding rows' included;
+    extend: held prefix keys); ``has_prefix[u]`` (extend): unit ``u``'s paged prefix wrapper was
+    planned (``unit_nnz > 0``); ``wrappers`` (decode): the planned decode wrapper of each unit (the
+    eager ones, or a captured batch size's CUDA-graph ones).
     """
 
     decode: bool
     unit_nnz: list[int]
     has_prefix: list[bool]
+    wrappers: Optional[list] = None
 
 
 class PaskFlashInferAttnBackend(AttentionBackend):
@@ -205,8 +227,8 @@ class PaskFlashInferAttnBackend(AttentionBackend):
             raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend needs a PaskKVPool, got "
                                f"{type(pool).__name__}")
         self._refuse_unsupported(model_runner)
-        if _cuda_graphs_requested():
-            raise RuntimeError(_CUDA_GRAPH_MSG)
+        if _prefill_graphs_requested():
+            raise RuntimeError(_PREFILL_GRAPH_MSG)
 
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = pool
@@ -239,6 +261,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         self.decode_wrappers = [
             BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2", use_tensor_cores=use_tc)
             for _ in range(num_units)]
+        self._decode_wrapper_cls, self._use_tensor_cores = BatchDecodeWithPagedKVCacheWrapper, use_tc
         self.prefill_wrappers = [BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
                                  for _ in range(num_units)]
         self.ragged_wrapper = BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD",
@@ -254,6 +277,15 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         self.recorder = window_stats.setup(config.method, self.num_kv_heads) if config is not None else None
         #: this forward's recorded requests: (row, q offset, q count, first position, per unit (slots, positions))
         self._recorded: list = []
+        #: the serving method's name and the attention statistic it reads (None: none)
+        self.method_name = config.method.name if config is not None else "the method"
+        self.needs_attention = config.method.needs_attention if config is not None else None
+        #: requests may read one another's slots (the radix cache shares segments): sizes the graph buffers
+        self.shared_slots = bool(config.radix) if config is not None else True
+        #: CUDA-graph state (:meth:`init_cuda_graph_state`): the buffers, and per captured batch size
+        #: its decode wrappers (one per unit)
+        self.graph_buffers: Optional[GraphIndexBuffers] = None
+        self.graph_wrappers: dict[int, list] = {}
 
     # -- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -295,19 +327,100 @@ class PaskFlashInferAttnBackend(AttentionBackend):
         except Exception:
             return "fa2"
 
-    # -- CUDA graphs: refused --------------------------------------------------------------------
-    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args, **kwargs):
-        raise RuntimeError(_CUDA_GRAPH_MSG)
+    # -- CUDA graphs: decode (see the module docstring) --------------------------------------------
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        """Start-up: the per-unit index buffers for decode batches of up to ``max_bs`` rows, or a
+        one-line refusal of what decode graphs cannot run."""
+        from sglang.srt.environ import envs
+
+        if self.needs_attention is not None:
+            raise RuntimeError(f"sglang_pask: {self.method_name} reads attention statistics "
+                               f"({self.needs_attention}), computed in torch per forward, which a CUDA graph "
+                               "cannot replay; start the server with --cuda-graph-backend-decode disabled")
+        if max_num_tokens != max_bs:
+            raise RuntimeError(f"sglang_pask: the PASK FlashInfer backend captures one token per request "
+                               f"(got {max_num_tokens} tokens for {max_bs} requests: speculative decoding)")
+        if envs.SGLANG_ENABLE_METADATA_GLUE_GRAPH.get():
+            raise RuntimeError("sglang_pask: SGLANG_ENABLE_METADATA_GLUE_GRAPH cannot capture the PASK FlashInfer "
+                               "replay prep (it syncs on the host); unset it")
+        caps = capacities(self.pool.unit_sizes, max_bs, int(self.req_to_token_pool.req_to_token.shape[1]),
+                          self.shared_slots)
+        self.graph_buffers = GraphIndexBuffers(caps, max_bs, self.device)
+        self.graph_wrappers = {}
+        logger.info("sglang_pask: FlashInfer CUDA-graph index buffers: %d unit(s), up to %s keys, %.2f MB "
+                    "(max batch %d, %s)", len(caps), caps, self.graph_buffers.nbytes() / 1e6, max_bs,
+                    "slots shared through the radix cache" if self.shared_slots else "no shared slots")
+
+    def _graph_decode_wrappers(self, bs: int) -> list:
+        """One decode wrapper per unit in CUDA-graph mode over the buffers' first ``bs`` rows, each
+        planning into its unit's eager decode wrapper's int workspace (a forward plans a unit once;
+        the replay prep re-plans before every replay)."""
+        g = self.graph_buffers
+        out = []
+        for u, donor in enumerate(self.decode_wrappers):
+            w = self._decode_wrapper_cls(self.workspace, "NHD", use_cuda_graph=True, backend="fa2",
+                                         use_tensor_cores=self._use_tensor_cores,
+                                         paged_kv_indptr_buffer=g.kv_indptr[u][:bs + 1],
+                                         paged_kv_indices_buffer=g.kv_indices[u],
+                                         paged_kv_last_page_len_buffer=g.last_page_len[:bs])
+            w.reset_workspace_buffer(self.workspace, donor._int_workspace_buffer)
+            w._pin_memory_int_workspace_buffer = donor._pin_memory_int_workspace_buffer  # not a per-bs 8 MB copy
+            out.append(w)
+        return out
+
+    def _plan_graph_decode(self, fb, wrappers: list, padding: int) -> PaskFlashInferMetadata:
+        """Write this batch's index streams into the graph buffers in place (rows ``bs - padding``
+        on are padding rows) and plan ``wrappers`` on them."""
+        bs = int(fb.batch_size)
+        real = bs - padding
+        lens_sum = getattr(fb, "seq_lens_sum", None)
+        units = build_unit_indices(self.pool.mapping, self.req_to_token_pool.req_to_token,
+                                   fb.req_pool_indices[:real], fb.seq_lens[:real],
+                                   seq_lens_sum=None if lens_sum is None else int(lens_sum) - padding)
+        g = self.graph_buffers
+        nnz = g.fill(units, bs, padding)
+        for u, (w, n) in enumerate(zip(wrappers, nnz)):
+            w.begin_forward(g.kv_indptr[u][:bs + 1], g.kv_indices[u][:n], g.last_page_len[:bs], self.num_qo_heads,
+                            self.num_kv_heads, self.head_dim, 1, q_data_type=self.q_dtype, kv_data_type=self.kv_dtype,
+                            non_blocking=True)
+        return PaskFlashInferMetadata(decode=True, unit_nnz=nnz, has_prefix=[n > 0 for n in nnz], wrappers=wrappers)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        """Capture: the batch size's wrappers (made at its first capture), planned with every row a
+        padding row. Replay (a captured batch size): the batch's streams written into the same
+        buffers, the same wrappers re-planned. Otherwise (no graph state): the eager plan."""
+        fb = forward_batch
+        mode = fb.forward_mode
+        graph = self.graph_buffers is not None and mode.is_decode() and fb.spec_info is None
+        if in_capture:
+            if not graph:
+                raise RuntimeError(_PREFILL_GRAPH_MSG if self.graph_buffers is not None and not mode.is_decode()
+                                   else f"sglang_pask: cannot capture a {mode.name} batch in a CUDA graph "
+                                        "(decode only, after init_cuda_graph_state)")
+            bs = int(fb.batch_size)
+            if bs not in self.graph_wrappers:  # another capture of this size (a variant) shares them
+                self.graph_wrappers[bs] = self._graph_decode_wrappers(bs)
+            self.forward_metadata = self._plan_graph_decode(fb, self.graph_wrappers[bs], padding=bs)
+            self._recorded = []
+        elif graph:
+            bs = int(fb.batch_size)
+            if bs not in self.graph_wrappers:
+                raise RuntimeError(f"sglang_pask: CUDA-graph replay of a batch of {bs}, which was not captured")
+            padding = int(getattr(fb, "num_padding", 0) or 0)
+            self.forward_metadata = self._plan_graph_decode(fb, self.graph_wrappers[bs], padding)
+            self._recorded = []
+        else:
+            self.init_forward_metadata(fb)
 
     def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch):
-        raise RuntimeError(_CUDA_GRAPH_MSG)
+        raise RuntimeError(_PREFILL_GRAPH_MSG)
 
     def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, capture_metadata, forward_batch, *,
                                                                  static_forward_batch=None):
-        raise RuntimeError(_CUDA_GRAPH_MSG)
+        raise RuntimeError(_PREFILL_GRAPH_MSG)
 
     def prepare_full_cuda_graph_chunked_prefix(self, forward_batch, *, in_capture: bool):
-        raise RuntimeError(_CUDA_GRAPH_MSG)
+        raise RuntimeError(_PREFILL_GRAPH_MSG)
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1
@@ -316,7 +429,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch):
         """Plan every unit's wrappers for this batch (host work: syncs to size ``kv_indices``)."""
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(_CUDA_GRAPH_MSG)
+            raise RuntimeError(_CAPTURED_PLAN_MSG)
         mode = forward_batch.forward_mode
         if mode.is_idle():
             self.forward_metadata = None
@@ -363,11 +476,6 @@ class PaskFlashInferAttnBackend(AttentionBackend):
             q_pos = torch.arange(first, first + count, device=k_pos.device)
             self.recorder.record(row, layer.layer_id, qi, k, q_pos, k_pos, layer.scaling)
 
-    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
-        if in_capture:
-            raise RuntimeError(_CUDA_GRAPH_MSG)
-        self.init_forward_metadata(forward_batch)
-
     def _last_page_lens(self, bs: int) -> torch.Tensor:
         if self._page_lens.numel() < bs:
             self._page_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
@@ -383,7 +491,8 @@ class PaskFlashInferAttnBackend(AttentionBackend):
                                   self.num_kv_heads, self.head_dim, 1, q_data_type=self.q_dtype,
                                   kv_data_type=self.kv_dtype, non_blocking=True)
             nnz.append(int(kv_indices.numel()))
-        return PaskFlashInferMetadata(decode=True, unit_nnz=nnz, has_prefix=[n > 0 for n in nnz])
+        return PaskFlashInferMetadata(decode=True, unit_nnz=nnz, has_prefix=[n > 0 for n in nnz],
+                                      wrappers=self.decode_wrappers)
 
     def _plan_extend(self, fb) -> PaskFlashInferMetadata:
         bs = int(fb.extend_seq_lens.shape[0])
@@ -443,7 +552,7 @@ class PaskFlashInferAttnBackend(AttentionBackend):
             self._write(layer, forward_batch, k, v)
         unit = self.pool.unit_of[layer.layer_id]
         q3 = q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim)
-        o = self.decode_wrappers[unit].forward(
+        o = meta.wrappers[unit].forward(
             q3, self.pool.get_kv_buffer(layer.layer_id), sm_scale=layer.scaling,
             k_scale=getattr(layer, "k_scale_float", None), v_scale=getattr(layer, "v_scale_float", None))
         if self._recorded:
