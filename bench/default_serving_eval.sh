@@ -4,8 +4,9 @@
 # tables they must reproduce. Data: the tiny eval split, n = N, tool_choice=required, greedy, 128
 # tokens (the calibration report's settings).
 #   1. make serve POLICY=policies/pask-tiny-fc.b0.33.json                      (nothing else)
-#      on synthetic:eval:N:tiny; compared with the calibrated table's 0.33 cell
-#      (bench/results/pask-tiny-fc-calibration-report-n200/report.json, pask calibrated, prefill)
+#      on synthetic:eval:N:tiny; compared with the learned-scorer table's cell of the same policy
+#      (bench/results/pask-tiny-fc-learned-scorer-table-n200/report.json: the reference runner, prefill,
+#      where the file ran as experiments/policies/pask-tiny-fc.learned.b0.33.json, named learned@0.33)
 #   2. make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json SERVE_ARGS="--pask-segment-prefill full"
 #      (the README's accurate radix command) on synthetic:eval:N:tiny:group=10; compared with the
 #      radix table's full-prefill row (bench/results/pask-tiny-fc-radix-eval-n200/report.json)
@@ -54,11 +55,12 @@ def op(run):
     return ", ".join(f"{k} {v['value']} ({v['source']})" for k, v in o.items() if k != "overridden")
 lines = ["# The README's serving commands, measured", "",
          "| command | data | accuracy | the table it must reproduce | table | diff |", "|---|---|---:|---|---:|---:|"]
-cal = "bench/results/pask-tiny-fc-calibration-report-n200/report.json"
+cal = "bench/results/pask-tiny-fc-learned-scorer-table-n200/report.json"
 rad = "bench/results/pask-tiny-fc-radix-eval-n200/report.json"
 pairs = [("readme-default", "`make serve POLICY=policies/pask-tiny-fc.b0.33.json`", "tiny eval",
-          cal, "pask calibrated, 0.33, prefill", lambda r: r["label"] == "pask" and r["budget"] == 0.33
-          and r["policy"].startswith("pask-tiny-fc@0.33@")),
+          cal, "pask, learned residual (the shipped 0.33 policy), prefill, reference runner",
+          lambda r: r["label"].startswith("pask[attention_blend=0.75,attention_stat=learned") and r["budget"] == 0.33
+          and r["policy"].startswith("pask-tiny-fc.learned@0.33@")),
          ("readme-radix", "`make serve POLICY=experiments/policies/pask-tiny-fc.segment.b0.33.json SERVE_ARGS=\"--pask-segment-prefill full\"`",
           "tiny eval, group=10", rad, "radix on, own kept, full prefill (server)",
           lambda r: "full prefill" in r["label"] and r["group"].get("backend") == "openai")]

@@ -43,8 +43,9 @@ ORDER: dict[str, str] = {
     "Expected Attention on the calib split, both schedules: which schedule is each one's strongest.",
     "pask-tiny-fc-calib-kvzip-n100": "KVzip (prefill, its authors' schedule) beside SnapKV per KV head on "
     "the calib split.",
-    "pask-tiny-fc-calib-pask-b0.33-n100": "Calibrated PASK (its 0.33 policy) on the calib split it was "
-    "chosen on, beside the baselines' calib tables.",
+    "pask-tiny-fc-calib-pask-b0.33-n100": "Calibrated PASK (its 0.33 lookup policy, the command's "
+    "`policies/pask-tiny-fc.b0.33.json` then, `experiments/policies/pask-tiny-fc.lookup.b0.33.json` now) on the "
+    "calib split it was chosen on, beside the baselines' calib tables.",
     "pask-tiny-fc-calib-pask-b0.2-n100": "Calibrated PASK (its 0.2 policy) on the calib split.",
     "pask-tiny-fc-server-vs-runner-n200": "Accuracy with KV persisted inside the SGLang server vs the "
     "reference runner, same policies and schedule.",
@@ -77,6 +78,16 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-parity-n10": "The first, small parity run.",
     "pask-tiny-fc-server-capacity": "Serving at a fixed KV memory: concurrency, throughput and TPOT, "
     "Full KV vs PASK@0.33.",
+    "pask-tiny-fc-server-capacity-ship-b0.33": "The 0.33 ship decision's serving side, one run: Full KV, the "
+    "lookup (the `policies/pask-tiny-fc.b0.33.json` of its command, now "
+    "`experiments/policies/pask-tiny-fc.lookup.b0.33.json`) and the learned-residual policy (shipped since as "
+    "`policies/pask-tiny-fc.b0.33.json`), pools sized by each policy's `pools` block, one thread per server.",
+    "pask-tiny-fc-server-capacity-ship-b0.5": "The same at 0.5 (the command's `policies/pask-tiny-fc.b0.5.json`: the "
+    "lookup, now `experiments/policies/pask-tiny-fc.lookup.b0.5.json`; the learned one shipped since).",
+    "pask-tiny-fc-server-capacity-pools-b0.33": "Pools sized by what each group holds, at 0.33: the command's "
+    "`policies/pask-tiny-fc.b0.33.json` was the lookup, now `experiments/policies/pask-tiny-fc.lookup.b0.33.json`.",
+    "pask-tiny-fc-server-parity-shipped-b0.2-n100": "The shipped 0.2 policy at its own operating point: kept "
+    "positions per unit and tokens, server vs runner (`bash bench/shipped_parity.sh` runs every shipped policy).",
     "pask-tiny-fc-server-shared-prefix": "Shared-prefix serving (4 tools blocks x 16 queries), radix "
     "cache on for both, whole-prompt policy.",
     "pask-tiny-fc-server-shared-prefix-own-kept": "Shared-prefix serving, each request's own tokens "

@@ -75,16 +75,20 @@ def draw(out: Path) -> None:
             top.add_patch(FancyArrowPatch((x - 0.55, 0.95), (x - 0.05, 0.95), arrowstyle="-|>",
                                           mutation_scale=16, color="#37474f"))
 
-    ax = fig.add_axes([0.22, 0.10, 0.77, 0.40])
-    ax.set_xlim(-0.5, n - 0.5)
-    ax.set_ylim(-0.6, 3.9)
-    ax.axis("off")
     rows = [("class of each prompt token", None)]
-    rows += [(f"group {g} (layers {layers[0]}-{layers[-1]}) keeps {len(kept[g])} of {n}", g)
+    rows += [(f"group {g} ({'layer' if len(layers) == 1 else 'layers'} "
+              f"{'-'.join(str(x) for x in sorted({layers[0], layers[-1]}))}) keeps {len(kept[g])} of {n}", g)
              for g, layers in enumerate(groups)]
+    # rows from y = 0 (the last group) up to len(rows) - 1 (the classes); the token labels above them
+    # reach out of the axes, under the caption
+    bottom, height, span = 0.10, 0.34, len(rows) + 0.7
+    ax = fig.add_axes([0.22, bottom, 0.77, height])
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(-0.6, span - 0.6)
+    ax.axis("off")
     for r, (label, g) in enumerate(rows):
         y = len(rows) - 1 - r
-        fig.text(0.215, 0.10 + 0.40 * (y + 1.0) / 4.5, label, ha="right", va="center", fontsize=9)
+        fig.text(0.215, bottom + height * (y + 1.0) / span, label, ha="right", va="center", fontsize=9)
         for p in range(n):
             if g is None:
                 colour = COLOURS[StructClass(classes[p])]

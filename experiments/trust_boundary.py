@@ -38,7 +38,7 @@ MODEL = ROOT / "models" / "pask-tiny-fc"
 MODES = {
     "recommended": ["--pask-policy", "policies/pask-tiny-fc.b0.33.json", "--disable-radix-cache"],
     "radix": ["--pask-policy", "experiments/policies/pask-tiny-fc.segment.b0.33.json", "--pask-segment", "system"],
-    "chunked": ["--pask-policy", "policies/pask-tiny-fc.b0.33.json", "--disable-radix-cache",
+    "chunked": ["--pask-policy", "experiments/policies/pask-tiny-fc.lookup.b0.33.json", "--disable-radix-cache",
                 "--max-total-tokens", "1200"],
 }
 LOG_MARKS = ("compression failed", "Traceback", "IndexError", "bad tags", "forged", "reserved")

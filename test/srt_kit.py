@@ -18,7 +18,8 @@ import torch
 from conftest import ROOT
 from sglang_pask.environ import envs
 
-POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"  # 4 layers in 2 groups: [[0, 1], [2, 3]]
+# the lookup 0.33 policy: 4 layers in 2 groups, [[0, 1], [2, 3]]
+POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"
 NUM_LAYERS = 4
 
 

@@ -30,7 +30,8 @@ from sglang_pask.testing import running_server  # noqa: E402
 from srt_kit import long_tool_request  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+# the lookup 0.33 policy (the shipped 0.33 one adds a learned residual)
+POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"
 BUDGET = 0.33
 MAX_TOTAL = 1200
 UNIT = math.ceil(BUDGET * MAX_TOTAL)

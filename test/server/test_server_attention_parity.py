@@ -107,7 +107,7 @@ def test_kvzap_keeps_what_the_runner_keeps(budget, schedule, tmp_path):
 
 
 @pytest.mark.parametrize("policy, budget", [("policies/pask-tiny-fc.b0.2.json", "0.2"),
-                                            ("experiments/policies/pask-tiny-fc.learned.b0.33.json", "0.33")])
+                                            ("policies/pask-tiny-fc.b0.33.json", "0.33")])
 def test_learned_policies_compress_batched_and_keep_what_the_runner_keeps(policy, budget, tmp_path):
     """PASK whose residual reads the learned scorer group-wide (the shipped 0.2 policy, the learned
     0.33 one): the server compresses the due requests together (their predictions read in one

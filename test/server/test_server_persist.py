@@ -39,7 +39,8 @@ requests = pytest.importorskip("requests")
 from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+# the lookup 0.33 policy (the shipped 0.33 one adds a learned residual)
+POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"
 SCORER = ROOT / "policies" / "pask-tiny-fc.kvzap.safetensors"
 BUDGET = 0.33
 MAX_TOTAL = 4096

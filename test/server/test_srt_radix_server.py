@@ -43,7 +43,8 @@ from sglang_pask.policy.operating_point import SegmentRule  # noqa: E402
 from sglang_pask.testing import running_server  # noqa: E402
 
 MODEL = ROOT / "models" / "pask-tiny-fc"
-POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+# the lookup 0.33 policy (the shipped 0.33 one adds a learned residual)
+POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"
 BUDGET = 0.33
 OWN_BUDGET = 0.5
 STRICT_IDLE = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}

@@ -173,7 +173,7 @@ def test_ablations_take_out_one_part(tmp_path, capsys):
     from sglang_pask.calibrate.ablation import ablate
     from sglang_pask.policy import load_policy
 
-    src = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
+    src = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"  # two groups
     p = load_policy(src, model_dir=FC)
     fo = ablate(p, "floors-only")
     assert fo.residual_share == [0.5, 0.5] and fo.floor == p.floor and fo.priority == p.priority

@@ -24,6 +24,7 @@ from sglang_pask.policy.operating_point import (
 
 POLICY = ROOT / "policies" / "pask-tiny-fc.b0.33.json"
 SEGMENT_POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.segment.b0.33.json"
+LOOKUP_POLICY = ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json"  # re-issued by upgrade
 MODEL = ROOT / "models" / "pask-tiny-fc"
 PASK = [str(Path(sys.executable).with_name("pask"))]
 
@@ -181,7 +182,7 @@ def test_runner_and_eval_record_take_the_policy_point():
 
 
 def test_old_format_loads_with_one_warning_line(tmp_path):
-    doc = json.loads(POLICY.read_text())
+    doc = json.loads(LOOKUP_POLICY.read_text())  # a format-1 file had no residual block
     doc["format"] = "pask-policy/1"
     del doc["operating_point"]
     old = tmp_path / "old.json"
@@ -201,7 +202,7 @@ def test_old_format_loads_with_one_warning_line(tmp_path):
     up = subprocess.run([*PASK, "policy", "upgrade", str(old), "--schedule", "prefill", "--out", str(new)],
                         capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr
-    assert new.read_text() == POLICY.read_text()  # byte-identical to the shipped re-issue
+    assert new.read_text() == LOOKUP_POLICY.read_text()  # byte-identical to the (once shipped) re-issue
     bad = subprocess.run([*PASK, "policy", "upgrade", str(old), "--schedule", "prefill", "--own-budget", "1",
                           "--out", str(new)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \

@@ -200,7 +200,7 @@ def test_the_server_runs_kvzap_with_a_scorer_bound_to_its_model():
     from sglang_pask.srt.serving import ServingFlags, build_config
 
     assert "kvzap" in server_methods()
-    policy = str(ROOT / "policies" / "pask-tiny-fc.b0.33.json")
+    policy = str(ROOT / "experiments" / "policies" / "pask-tiny-fc.lookup.b0.33.json")  # the lookup
     with pytest.raises(ValueError, match=r"--pask-scorer: kvzap needs a scorer file: pass --pask-scorer PATH"):
         build_config(policy, ServingFlags(method="kvzap"))
     with pytest.raises(ValueError, match=r"--pask-scorer: method 'snapkv' reads no learned scorer"):
