@@ -82,6 +82,8 @@ ORDER: dict[str, str] = {
     "lookup (the `policies/pask-tiny-fc.b0.33.json` of its command, now "
     "`experiments/policies/pask-tiny-fc.lookup.b0.33.json`) and the learned-residual policy (shipped since as "
     "`policies/pask-tiny-fc.b0.33.json`), pools sized by each policy's `pools` block, one thread per server.",
+    "pask-tiny-fc-server-capacity-shipped-b0.33": "The shipped 0.33 policy (learned residual) as the README "
+    "serves it, beside the lookup it replaced, one run after the ship decision.",
     "pask-tiny-fc-server-capacity-ship-b0.5": "The same at 0.5 (the command's `policies/pask-tiny-fc.b0.5.json`: the "
     "lookup, now `experiments/policies/pask-tiny-fc.lookup.b0.5.json`; the learned one shipped since).",
     "pask-tiny-fc-server-capacity-pools-b0.33": "Pools sized by what each group holds, at 0.33: the command's "
