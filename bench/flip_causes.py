@@ -104,8 +104,9 @@ def main(argv=None) -> int:
     t0 = time.time()
     full, run = load(a.full), load(a.run)
     entries = {(e.category, e.id): e for e in load_spec(a.data)}
-    flips = [k for k in full if full[k]["valid"] and not run[k]["valid"]]
-    kept_right = [k for k in full if full[k]["valid"] and run[k]["valid"]][: a.control]
+    both = [k for k in full if k in run]  # a run still under way: the entries it has scored
+    flips = [k for k in both if full[k]["valid"] and not run[k]["valid"]]
+    kept_right = [k for k in both if full[k]["valid"] and run[k]["valid"]][: a.control]
     name, options = parse_method_spec(a.method)
     runner = Runner(a.model, method=name, budget=a.budget, policy=a.policy if name == "pask" else None,
                     method_options={"schedule": "prefill", **options})
@@ -138,7 +139,8 @@ def main(argv=None) -> int:
 
     lines = [f"# Why `{a.method}` at b = {a.budget:g} loses calls Full KV gets right (written by bench/flip_causes.py)",
              "", f"Command: `python {' '.join(sys.argv)}` ({time.time() - t0:.0f} s). Right -> wrong flips: "
-             f"{len(flips)}; control: {len(kept_right)} entries it kept right. Share (%) of the (layer, KV head) "
+             f"{len(flips)} of the {len(both)} entries both runs scored ({len(full)} in the Full KV run); control: "
+             f"{len(kept_right)} entries it kept right. Share (%) of the (layer, KV head) "
              "slots kept at prefill end, of the prompt tokens the gold call copies:", "",
              "| what the call copies | flips | control (kept right) |", "|---|---:|---:|"]
     lines += [f"| {kind} | {mean('flip', 'kept_by_kind', kind)} | {mean('control', 'kept_by_kind', kind)} |"
