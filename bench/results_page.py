@@ -101,6 +101,9 @@ ORDER: dict[str, str] = {
     "demoted when cold).",
     "pask-tiny-fc-server-many-blocks-1thread": "The many-blocks bench with one intra-op thread per server "
     "(OMP_NUM_THREADS=1): steady runs on this 2-core machine, where the client shares the cores.",
+    "pask-tiny-fc-server-many-blocks-catalogs": "The many-blocks bench with tool catalogs: 8 tools blocks of "
+    "1,600-1,840 tokens (most of the tiny model's 2,048 positions) against Full KV memory for about 3 of them; "
+    "Full KV's LRU vs PASK's tiers at the same bytes, one thread per server.",
     "pask-tiny-fc-many-blocks-accuracy-n200": "Accuracy of many-blocks traffic under memory pressure (the "
     "grouped eval, shuffled): Full KV's LRU vs PASK's tiers, with the requests that hit a demoted block.",
     "pask-tiny-fc-calibration": "The calibration run that wrote the shipped policies, and its "
