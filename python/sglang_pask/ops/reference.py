@@ -16,8 +16,10 @@ Contracts (shapes as in :mod:`sglang_pask.methods.padded`):
 
 The torch versions of the Triton kernels (:mod:`.triton_kernels`):
 
-* :func:`unit_indices`: per unit, FlashInfer's index stream of the batch's held slots:
-  ``srt/attention/flashinfer_backend.build_unit_indices``' result, its views given as dense masks.
+* :func:`unit_indices`: per unit, FlashInfer's index stream of the batch's held slots, the
+  accurate radix mode's views given as dense masks (:func:`dense_views`): what
+  ``srt/attention/flashinfer_backend.build_unit_indices`` returns (it is this function over the
+  segment views in force).
 * :func:`learned_scores`: float32 ``[n, H]`` -- the learned scorer's predicted KVzip scores,
   ``exp(min(x @ W + b, 80))`` summed in float64 and rounded once
   (:meth:`sglang_pask.methods.learned.LearnedScorer.scores`, transposed).
@@ -30,7 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-__all__ = ["top_n_mask", "take_slots", "decode_attention", "unit_indices", "learned_scores"]
+__all__ = ["top_n_mask", "take_slots", "decode_attention", "unit_indices", "dense_views", "learned_scores"]
 
 
 def top_n_mask(held: np.ndarray, scores: np.ndarray, n: np.ndarray, tail_start: np.ndarray) -> np.ndarray:
@@ -72,18 +74,20 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, 
 
 def unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
                  seq_lens: torch.Tensor, view_lens: Optional[torch.Tensor] = None,
-                 view_keep: Optional[torch.Tensor] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                 view_keep: Optional[torch.Tensor] = None, *,
+                 seq_lens_sum: Optional[int] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``U`` pairs ``(kv_indptr int32 [bs + 1], kv_indices int32 [nnz_u])``: for unit ``u`` and
     request ``i`` (row ``r_i = req_pool_indices[i]``), the slots ``mapping[u, req_to_token[r_i,
     :seq_lens[i]]]`` that are ``> 0``, in position order, concatenated; a view hides position
     ``p < view_lens[i]`` where ``view_keep[u, i, p]`` is False (its slot reads 0). ``mapping`` int64
     ``[U, F]``, ``req_to_token`` int ``[P, M]``, ``req_pool_indices`` / ``seq_lens`` int ``[bs]``,
     ``view_lens`` int64 ``[bs]`` and ``view_keep`` bool ``[U, bs, W]`` (``W >= max(view_lens)``)
-    or both None. Results on ``mapping``'s device."""
+    or both None (:func:`dense_views` builds them); ``seq_lens_sum``: ``sum(seq_lens)`` when the caller
+    knows it on the host (saves a sync). Results on ``mapping``'s device."""
     device = mapping.device
     U, bs = int(mapping.shape[0]), int(seq_lens.shape[0])
     lens = seq_lens.to(device, torch.int64)
-    total = int(lens.sum())
+    total = int(lens.sum()) if seq_lens_sum is None else int(seq_lens_sum)
     if bs == 0 or total == 0:
         return [(torch.zeros(bs + 1, dtype=torch.int32, device=device),
                  torch.zeros(0, dtype=torch.int32, device=device)) for _ in range(U)]
@@ -96,7 +100,7 @@ def unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_ind
         slots = mapping[u].index_select(0, full_ids)
         if view_lens is not None and view_keep.shape[2] > 0:
             inside = pos < view_lens.to(device)[seg]
-            hidden = inside & ~view_keep[u, seg, pos.clamp(max=max(view_keep.shape[2] - 1, 0))]
+            hidden = inside & ~view_keep[u].to(device)[seg, pos.clamp(max=view_keep.shape[2] - 1)]
             slots = torch.where(hidden, torch.zeros_like(slots), slots)
         held = slots > 0
         kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=device)
@@ -104,6 +108,25 @@ def unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_ind
             0, seg, held.to(torch.int64)), 0)
         out.append((kv_indptr, slots[held].to(torch.int32)))
     return out
+
+def dense_views(views: dict, rows: torch.Tensor, num_units: int) -> tuple[Optional[torch.Tensor], ...]:
+    """The accurate radix mode's views as the kernels read them: ``views`` maps a request-pool row
+    to ``(rid, S, masks)`` (``srt/mem_cache/segment_views.views()``: ``masks[u]`` bool ``[S]``, True
+    where unit ``u`` keeps the segment position). Returns ``(view_lens int64 [bs], view_keep bool
+    [U, bs, max S])`` on the masks' device for the batch's ``rows`` (``[bs]``; S = 0 for a row without
+    a view), or ``(None, None)`` when none of them has one."""
+    hits = [(i, views[r]) for i, r in enumerate(rows.tolist()) if r in views]
+    if not hits:
+        return None, None
+    device = hits[0][1][2][0].device
+    width = max(int(s) for _, (_, s, _) in hits)
+    view_lens = torch.zeros(len(rows), dtype=torch.int64, device=device)
+    view_keep = torch.ones((num_units, len(rows), width), dtype=torch.bool, device=device)
+    for i, (_, s, masks) in hits:
+        view_lens[i] = int(s)
+        for u in range(num_units):
+            view_keep[u, i, :int(s)] = masks[u][:int(s)]
+    return view_lens, view_keep
 
 
 def learned_scores(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ checks them against (under Triton's interpreter on CPU, compiled on CUDA).
 
 * :func:`unit_indices_into` / :func:`unit_indices`: FlashInfer's per-unit index streams
   (``srt/attention/flashinfer_backend.build_unit_indices``, the accurate radix mode's views folded
-  in as dense masks: :func:`dense_views`). Two launches over a ``(requests, units)`` grid -- count
+  in as dense masks: :func:`.reference.dense_views`). Two launches over a ``(requests, units)`` grid -- count
   each request's held slots, then write them at the prefix sums -- and one ``cumsum`` between, so
   no host sync and fixed-capacity outputs (what a CUDA graph replays), where the torch code builds
   one flat stream and compacts it per unit with a boolean index (a sync per unit).
@@ -41,7 +41,7 @@ try:  # optional: without triton the wrappers run the torch reference
 except ImportError:  # pragma: no cover - triton ships with CUDA torch and in this repository's venv
     triton = tl = None
 
-__all__ = ["available", "runs_triton", "dense_views", "unit_indices", "unit_indices_into", "learned_scores_into"]
+__all__ = ["available", "runs_triton", "unit_indices", "unit_indices_into", "learned_scores_into"]
 
 _BLOCK_POS = 128  # positions per step of the index kernels
 _SCORER_BLOCKS = (16, 64)  # (tokens, hidden features) per step of the scorer kernel
@@ -136,24 +136,6 @@ def _kernels() -> dict:
 
 
 # -- index streams --------------------------------------------------------------------------------
-def dense_views(views: dict, rows: torch.Tensor, num_units: int) -> tuple[Optional[torch.Tensor], ...]:
-    """The accurate radix mode's views as the kernels read them: ``views`` maps a request-pool row
-    to ``(rid, S, masks)`` (``srt/mem_cache/segment_views.views()``: ``masks[u]`` bool ``[S]``, True
-    where unit ``u`` keeps the segment position). Returns ``(view_lens int64 [bs], view_keep bool
-    [U, bs, max S])`` on the masks' device for the batch's ``rows`` (``[bs]``; S = 0 for a row without
-    a view), or ``(None, None)`` when none of them has one."""
-    hits = [(i, views[r]) for i, r in enumerate(rows.tolist()) if r in views]
-    if not hits:
-        return None, None
-    device = hits[0][1][2][0].device
-    width = max(int(s) for _, (_, s, _) in hits)
-    view_lens = torch.zeros(len(rows), dtype=torch.int64, device=device)
-    view_keep = torch.ones((num_units, len(rows), width), dtype=torch.bool, device=device)
-    for i, (_, s, masks) in hits:
-        view_lens[i] = int(s)
-        for u in range(num_units):
-            view_keep[u, i, :int(s)] = masks[u][:int(s)]
-    return view_lens, view_keep
 
 
 def unit_indices_into(mapping: torch.Tensor, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
@@ -162,7 +144,7 @@ def unit_indices_into(mapping: torch.Tensor, req_to_token: torch.Tensor, req_poo
     """Every unit's index stream written into fixed buffers, with no host sync (Triton).
 
     ``mapping`` int64 ``[U, F]``, ``req_to_token`` int ``[P, M]``, ``req_pool_indices`` int ``[bs]``,
-    ``seq_lens`` int ``[bs]``, optional ``view_lens`` / ``view_keep`` (:func:`dense_views`), as
+    ``seq_lens`` int ``[bs]``, optional ``view_lens`` / ``view_keep`` (:func:`.reference.dense_views`), as
     :func:`.reference.unit_indices`. Writes ``kv_indptr`` int32 ``[U, bs + 1]`` (row ``u`` is unit
     ``u``'s ``kv_indptr``) and ``kv_indices[u, :kv_indptr[u, bs]]`` (int32 ``[U, C]``, ``C`` at least
     the largest unit's count: ``sum(seq_lens)`` always is); entries past that are left as they were.

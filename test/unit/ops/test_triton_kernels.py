@@ -77,7 +77,7 @@ def _on(device, *tensors):
 
 def case_unit_indices(device, seed, with_views):
     mapping, r2t, rows, lens = _batch(seed)
-    vl, vk = triton_kernels.dense_views(_views(rows, lens, 3, seed), rows, 3) if with_views else (None, None)
+    vl, vk = reference.dense_views(_views(rows, lens, 3, seed), rows, 3) if with_views else (None, None)
     want = reference.unit_indices(mapping, r2t, rows, lens, vl, vk)
     views = _on(device, vl, vk) if with_views else (None, None)
     got = triton_kernels.unit_indices(*_on(device, mapping, r2t, rows, lens), view_lens=views[0], view_keep=views[1])
@@ -116,7 +116,7 @@ def case_unit_indices_equal_build_unit_indices(device):
         want = build_unit_indices(mapping, r2t, rows, lens)
     finally:
         state().views = saved
-    vl, vk = _on(device, *triton_kernels.dense_views(views, rows, 3))
+    vl, vk = _on(device, *reference.dense_views(views, rows, 3))
     got = triton_kernels.unit_indices(*_on(device, mapping, r2t, rows, lens), view_lens=vl, view_keep=vk)
     for (gp, gi), (wp, wi) in zip(got, want):
         assert torch.equal(gp.cpu(), wp) and torch.equal(gi.cpu(), wi)

@@ -137,14 +137,17 @@ def test_merge_lse_states_equals_attention_over_the_union(split):
 def test_module_imports_and_refuses_without_flashinfer(monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # `import flashinfer` raises ImportError
     monkeypatch.setitem(sys.modules, "flashinfer.cascade", None)
-    monkeypatch.delitem(sys.modules, MOD, raising=False)
+    # a fresh import of the module; at teardown monkeypatch puts back both places the loaded one
+    # lives (sys.modules and the package's attribute, which the import rebinds), so the tests after
+    # this one patch the module they run
+    loaded = importlib.import_module(MOD)
+    package = importlib.import_module(MOD.rpartition(".")[0])
+    monkeypatch.setattr(package, MOD.rpartition(".")[2], loaded)
+    monkeypatch.delitem(sys.modules, MOD)
     mod = importlib.import_module(MOD)
-    try:
-        assert callable(mod.build_unit_indices)
-        with pytest.raises(RuntimeError, match="flashinfer"):
-            mod.PaskFlashInferAttnBackend(NS())
-    finally:
-        sys.modules.pop(MOD, None)  # the next import gets a fresh module
+    assert mod is not loaded and callable(mod.build_unit_indices)
+    with pytest.raises(RuntimeError, match="flashinfer"):
+        mod.PaskFlashInferAttnBackend(NS())
 
 
 # -- the backend's glue against a torch stand-in for flashinfer (flashinfer_kit) ---------------------

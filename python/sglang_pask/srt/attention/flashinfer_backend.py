@@ -79,6 +79,7 @@ from typing import Optional
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
+from sglang_pask.ops import reference
 from sglang_pask.srt.attention import window_stats
 from sglang_pask.srt.attention.flashinfer_graphs import GraphIndexBuffers, capacities
 from sglang_pask.srt.mem_cache import segment_views
@@ -118,30 +119,11 @@ def build_unit_indices(mapping: torch.Tensor, req_to_token: torch.Tensor, req_po
         equals ``mapping[u, req_to_token[r_i, :seq_lens[i]]]`` with the zeros removed, in logical
         order (the slots of :func:`..mem_cache.segment_views.held_slots`); every entry is ``> 0``.
     """
-    device = mapping.device
-    num_units = int(mapping.shape[0])
-    bs = int(seq_lens.shape[0])
-    lens = seq_lens.to(device=device, dtype=torch.int64)
-    total = int(lens.sum()) if seq_lens_sum is None else int(seq_lens_sum)
-    if bs == 0 or total == 0:
-        return [(torch.zeros(bs + 1, dtype=torch.int32, device=device),
-                 torch.zeros(0, dtype=torch.int32, device=device)) for _ in range(num_units)]
-    rows = req_pool_indices.to(device=device, dtype=torch.int64)
-    # One flat stream of the considered tokens: seg[t] = its request, pos[t] = its position.
-    seg = torch.repeat_interleave(torch.arange(bs, device=device), lens, output_size=total)
-    starts = torch.cumsum(lens, dim=0) - lens
-    pos = torch.arange(total, device=device, dtype=torch.int64) - starts[seg]
-    full_ids = req_to_token[rows[seg], pos].to(torch.int64)
-    out = []
-    for u in range(num_units):
-        slots = mapping[u].index_select(0, full_ids)
-        slots = segment_views.hide_flat_(slots, rows[seg], pos, u)  # the accurate radix mode's views
-        held = slots > 0
-        counts = torch.zeros(bs, dtype=torch.int64, device=device).index_add_(0, seg, held.to(torch.int64))
-        kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=device)
-        kv_indptr[1:] = torch.cumsum(counts, dim=0)
-        out.append((kv_indptr, slots[held].to(torch.int32)))
-    return out
+    views = segment_views.views()  # the accurate radix mode's views, as dense masks
+    view_lens, view_keep = (reference.dense_views(views, req_pool_indices, int(mapping.shape[0])) if views
+                            else (None, None))
+    return reference.unit_indices(mapping, req_to_token, req_pool_indices, seq_lens, view_lens, view_keep,
+                                  seq_lens_sum=seq_lens_sum)
 
 
 def merge_lse_states(o_a: torch.Tensor, s_a: torch.Tensor, o_b: torch.Tensor,

@@ -105,16 +105,3 @@ def visible(row, unit: int, positions: np.ndarray) -> np.ndarray:
     keep[inside] = m[positions[inside]]
     return positions[keep]
 
-
-def hide_flat_(slots: torch.Tensor, token_rows: torch.Tensor, pos: torch.Tensor, unit: int) -> torch.Tensor:
-    """:func:`hide_` over one flat token stream (FlashInfer's index build): ``slots``,
-    ``token_rows`` (each token's request-pool row) and ``pos`` (its logical position), all
-    ``[T]``. Returns ``slots``."""
-    held = views()
-    if not held:
-        return slots
-    for row, (_, s, masks) in held.items():
-        sel = (token_rows == row) & (pos < s)
-        if bool(sel.any()):
-            slots[sel] = torch.where(masks[unit][pos[sel]], slots[sel], torch.zeros_like(slots[sel]))
-    return slots
