@@ -7,11 +7,15 @@
 #   3. tests.log        test/unit/ops/: csrc's operators (test_ops.py), the torch sort top-n
 #                       (test_top_n.py) and the Triton kernels (test_triton_kernels.py: interpreted on
 #                       CPU and compiled on CUDA) against their references, on CPU and CUDA; the
-#                       FlashInfer backend's index streams and CUDA-graph bookkeeping (with sglang only)
+#                       FlashInfer backend's index streams and CUDA-graph bookkeeping (with sglang only);
+#                       with flashinfer too, test_srt_flashinfer_gpu.py: the backend over FlashInfer's
+#                       kernels vs SDPA over the kept positions, and CUDA-graph capture + replay of a
+#                       PASK decode step
 #      throws.txt       bench/ops_throw_check.py: each operator's bad-input error raises on CPU and CUDA
 #   4. ops/             bench/gpu_ops_bench.py: top_n_mask (csrc CUDA, torch sort on CUDA, the CPU paths)
 #                       vs the reference, the Triton kernels vs their torch builds, and decode
-#                       attention alone at Qwen3-4B's shape, Full vs 0.33 (torch and triton only)
+#                       attention alone at Qwen3-4B's shape, Full vs 0.33 (torch and triton only; with
+#                       flashinfer also FlashInfer's decode kernel, eager and graph-replayed)
 #   5. bench/           the serving bench on random weights of Qwen3-4B's shape (bench/server_capacity.py
 #                       --tpot-shape qwen3-4b, FlashInfer attention): throughput, TPOT and peak memory,
 #                       PASK@0.33 vs Full at equal KV memory (needs sglang and flashinfer)
@@ -48,6 +52,9 @@ has() { $PY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$
 has_cuda_gpu() { command -v nvidia-smi >/dev/null 2>&1; }
 # the FlashInfer backend's CPU checks (a torch stand-in for its kernels), run where sglang imports
 SRT_TESTS="test/unit/srt/test_srt_flashinfer_indices.py test/unit/srt/test_srt_flashinfer_graphs.py"
+# FlashInfer's own kernels through the backend (eager vs SDPA over kept positions; CUDA-graph capture
+# and replay of a PASK decode step), run where flashinfer imports too (skipped by pytest otherwise)
+FI_TESTS="test/unit/srt/test_srt_flashinfer_gpu.py"
 
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
   {
@@ -80,13 +87,14 @@ PY
     ops_tests="test/unit/ops/test_ops.py test/unit/ops/test_top_n.py"
     if has triton; then ops_tests+=" test/unit/ops/test_triton_kernels.py"; fi
     if has sglang; then for f in $SRT_TESTS; do [[ -f $f ]] && ops_tests+=" $f"; done; fi
+    if has sglang && has flashinfer; then ops_tests+=" $FI_TESTS"; fi
     plan RUN tests "pytest $ops_tests -> tests.log (<= 180 s)"
     has pytest || plan SKIP tests "all of them: pytest missing"
     has triton || plan SKIP tests "test/unit/ops/test_triton_kernels.py: triton missing"
     has hypothesis || plan SKIP tests "the property test of test_top_n.py: hypothesis missing (the seeded ones run)"
     has sglang || plan SKIP tests "$SRT_TESTS: sglang missing"
     plan RUN throws "$PY bench/ops_throw_check.py -> throws.txt"
-    plan RUN ops "$PY bench/gpu_ops_bench.py --out OUT/ops: parts ops, triton, attention (<= 150 s)"
+    plan RUN ops "$PY bench/gpu_ops_bench.py --out OUT/ops: parts ops, triton, attention, flashinfer (<= 150 s)"
     has triton || plan SKIP ops "part triton: triton missing"
     if [[ "${BENCH:-1}" != 1 ]]; then
       plan SKIP serving "BENCH=${BENCH}"
@@ -96,8 +104,19 @@ PY
       missing=$(for m in sglang flashinfer; do has $m || printf '%s ' $m; done)
       plan SKIP serving "bench/server_capacity.py with FlashInfer: ${missing% } missing (WHEELS=DIR installs wheels)"
     fi
-    plan NEVER fi-attn "FlashInfer's kernels vs SDPA over kept positions: not in this script yet (the backend's glue runs against a torch stand-in)"
-    plan NEVER graphs "CUDA-graph capture and replay of a PASK decode step: not in this script yet"
+    if has sglang && has flashinfer; then
+      plan RUN fi-attn "$FI_TESTS (in tests): the backend over FlashInfer's kernels vs SDPA over the kept positions"
+      plan RUN graphs "$FI_TESTS (in tests): torch.cuda.CUDAGraph capture and replay of a PASK decode step"
+    else
+      missing=$(for m in sglang flashinfer; do has $m || printf '%s ' $m; done)
+      plan SKIP fi-attn "$FI_TESTS: ${missing% } missing (WHEELS=DIR installs wheels)"
+      plan SKIP graphs "$FI_TESTS (CUDA-graph capture and replay): ${missing% } missing"
+    fi
+    if has flashinfer; then
+      plan RUN ops "part flashinfer: FlashInfer decode, Full vs 0.33 (same batch, 3x), eager and graph-replayed"
+    else
+      plan SKIP ops "part flashinfer: flashinfer missing"
+    fi
   } | tee "$OUT/dry-run.txt"
   { echo "# gpu_check.sh, dry run"; echo; echo '```'; cat "$OUT/dry-run.txt"; echo '```'; } > "$OUT/report.md"
   rm -f "$OUT/dry-run.txt"
@@ -152,6 +171,8 @@ if has triton; then tests+=(test/unit/ops/test_triton_kernels.py)
 else log "triton missing: test_triton_kernels.py not run"; fi
 if has sglang; then for f in $SRT_TESTS; do [[ -f $f ]] && tests+=("$f"); done
 else log "sglang missing: $SRT_TESTS not run"; fi
+if has sglang && has flashinfer; then tests+=($FI_TESTS)
+else log "sglang or flashinfer missing: $FI_TESTS (FlashInfer vs SDPA, CUDA-graph replay) not run"; fi
 run 180 tests sh -c "$PY -m pytest -q -p no:cacheprovider ${tests[*]} > '$OUT/tests.log' 2>&1"
 log "tests: $(tail -1 "$OUT/tests.log")"
 

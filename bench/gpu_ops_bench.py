@@ -21,6 +21,11 @@ Qwen3-4B's shape (36 layers, 32 query / 8 KV heads, head dim 128, bf16;
 ceil(0.33 T) positions, and against 3x the batch at 0.33 (equal KV memory). It bounds what
 attention alone can give; the whole model's TPOT needs the serving bench.
 
+Part ``flashinfer`` (GPU and flashinfer only): the same comparison through FlashInfer's decode
+kernel over index streams (page size 1, the kept positions scattered as a compression leaves them),
+each eagerly and replayed as a CUDA graph of the 36 layers' calls, after a check against SDPA over
+the same kept positions. UNTESTED: no GPU with flashinfer has run it yet.
+
     OUT=/tmp/x python3 bench/gpu_ops_bench.py --out $OUT/ops   # writes report.md, results.json, meta.json
     OMP_NUM_THREADS=1 .venv/bin/python bench/gpu_ops_bench.py --parts ops --out bench/results/top-n-mask-cpu
 """
@@ -186,6 +191,75 @@ def part_attention(contexts, batch: int, reps: int, budget: float) -> list[dict]
     return rows
 
 
+def part_flashinfer(contexts, batch: int, reps: int, budget: float) -> list[dict]:
+    """FlashInfer's decode kernel (what the PASK FlashInfer backend runs, page size 1) at Qwen3-4B's
+    shape over Full KV's index stream and over a kept one (``ceil(budget T)`` positions per request,
+    scattered as a compression leaves them), same batch and 3x the batch; each eagerly and as a
+    CUDA graph of the 36 layers' calls (fixed-buffer wrappers, the backend's graph mode). The
+    kept configuration is first checked against SDPA over the same kept positions."""
+    import torch
+    import torch.nn.functional as F
+    from flashinfer import BatchDecodeWithPagedKVCacheWrapper
+
+    layers, hq, hkv, d = 36, 32, 8, 128  # Qwen3-4B
+    workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def setup(B: int, T: int, L: int, graph: bool):
+        slots = B * T + 1  # slot 0: padding, as in the unit pools
+        k = torch.randn(slots, 1, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(slots, 1, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        pos = [torch.arange(T, device="cuda") if L == T else
+               torch.randperm(T, device="cuda", generator=g)[:L].sort().values for _ in range(B)]
+        indices = torch.cat([1 + b * T + p for b, p in enumerate(pos)]).to(torch.int32)
+        indptr = (torch.arange(B + 1, device="cuda") * L).to(torch.int32)
+        last = torch.ones(B, dtype=torch.int32, device="cuda")
+        kw = dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr, paged_kv_indices_buffer=indices,
+                  paged_kv_last_page_len_buffer=last) if graph else {}
+        w = BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True, **kw)
+        w.begin_forward(indptr, indices, last, hq, hkv, d, 1, q_data_type=torch.bfloat16,
+                        kv_data_type=torch.bfloat16)
+        q = torch.randn(B, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        return w, q, (k, v), indices, pos
+
+    def eager(B: int, T: int, L: int):
+        w, q, kv, _, _ = setup(B, T, L, graph=False)
+        return lambda: [w.forward(q, kv, sm_scale=d ** -0.5) for _ in range(layers)]
+
+    def graphed(B: int, T: int, L: int):
+        w, q, kv, _, _ = setup(B, T, L, graph=True)
+        w.forward(q, kv, sm_scale=d ** -0.5)  # warm-up outside the capture
+        torch.cuda.synchronize()
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            for _ in range(layers):
+                w.forward(q, kv, sm_scale=d ** -0.5)
+        return cg.replay
+
+    rows = []
+    for T in contexts:
+        kept = math.ceil(budget * T)
+        w, q, (k, v), indices, pos = setup(2, T, kept, graph=False)  # the check: SDPA over the kept positions
+        got = w.forward(q, (k, v), sm_scale=d ** -0.5).float()
+        worst = 0.0
+        for b in range(2):
+            ids = (1 + b * T + pos[b]).long()
+            kb, vb = k[ids, 0].float().movedim(0, 1)[None], v[ids, 0].float().movedim(0, 1)[None]
+            want = F.scaled_dot_product_attention(q[b].float()[None, :, None], kb, vb, enable_gqa=True,
+                                                  scale=d ** -0.5)[0, :, 0]
+            worst = max(worst, float((got[b] - want).abs().max()))
+        row = {"tokens": T, "kept": kept, "batch": batch, "equal_sdpa": worst <= 2e-2, "max_abs_err": round(worst, 5)}
+        for name, B, L in (("full", batch, T), ("pask_same_batch", batch, kept), ("pask_3x_batch", 3 * batch, kept)):
+            row[f"{name}_ms"] = round(cuda_ms(eager(B, T, L), reps), 3)
+            row[f"{name}_graph_ms"] = round(cuda_ms(graphed(B, T, L), reps), 3)
+            torch.cuda.empty_cache()
+        row["per_token_ratio_same_batch"] = round(row["pask_same_batch_ms"] / row["full_ms"], 3)
+        row["per_token_ratio_3x_batch"] = round(row["pask_3x_batch_ms"] / (3 * row["full_ms"]), 3)
+        rows.append(row)
+        print("[flashinfer]", json.dumps(row), flush=True)
+    return rows
+
+
 def code_version() -> str:
     """The commit the run used (``+dirty`` with uncommitted changes), or why it is unknown."""
     import subprocess
@@ -230,6 +304,16 @@ def report(res: dict, a) -> str:
         lines += [f"| {r['tokens']} | {r['kept']} | {r['full_ms']} | {r['pask_same_batch_ms']} "
                   f"| {r['pask_3x_batch_ms']} | {r['per_token_ratio_same_batch']} | {r['per_token_ratio_3x_batch']} |"
                   for r in res["attention"]] + [""]
+    if res.get("flashinfer"):
+        lines += [f"FlashInfer decode (page size 1), Qwen3-4B shape, 36 layers, bf16, batch {a.batch}; ms per step, "
+                  "eager / CUDA graph of the 36 calls (kept positions scattered; checked against SDPA first)", "",
+                  "| context | kept | equal SDPA (max abs err) | Full | PASK same batch | PASK 3x batch "
+                  "| per token, same batch | per token, 3x batch |", "|---:|---:|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['tokens']} | {r['kept']} | {r['equal_sdpa']} ({r['max_abs_err']}) "
+                  f"| {r['full_ms']} / {r['full_graph_ms']} "
+                  f"| {r['pask_same_batch_ms']} / {r['pask_same_batch_graph_ms']} "
+                  f"| {r['pask_3x_batch_ms']} / {r['pask_3x_batch_graph_ms']} | {r['per_token_ratio_same_batch']} "
+                  f"| {r['per_token_ratio_3x_batch']} |" for r in res["flashinfer"]] + [""]
     if res["skipped"]:
         lines += ["Skipped: " + "; ".join(f"part {k}: {v}" for k, v in res["skipped"].items()), ""]
     return "\n".join(lines)
@@ -238,7 +322,7 @@ def report(res: dict, a) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="ops,triton,attention")
+    p.add_argument("--parts", default="ops,triton,attention,flashinfer")
     p.add_argument("--running", default="16,64")
     p.add_argument("--contexts", default="2048,4096")
     p.add_argument("--batch", type=int, default=16, help="attention part: Full KV's batch")
@@ -258,13 +342,19 @@ def main(argv=None) -> int:
            "threads": torch.get_num_threads(), "kernels": ops.implementation(), "skipped": {}}
     if "ops" in parts:
         res["ops"] = part_ops(ints(a.running), ints(a.contexts), a.reps, cuda)
+    import importlib.util
+
     for part, run in (("triton", lambda: part_triton(a.reps)),
-                      ("attention", lambda: part_attention(ints(a.contexts), a.batch, a.reps, a.budget))):
-        if part in parts and cuda:
+                      ("attention", lambda: part_attention(ints(a.contexts), a.batch, a.reps, a.budget)),
+                      ("flashinfer", lambda: part_flashinfer(ints(a.contexts), a.batch, a.reps, a.budget))):
+        why = (SKIPPED_WITHOUT_GPU if not cuda else
+               "flashinfer is not importable" if part == "flashinfer" and importlib.util.find_spec("flashinfer") is None
+               else None)
+        if part in parts and why is None:
             res[part] = run()
         elif part in parts:
-            res["skipped"][part] = SKIPPED_WITHOUT_GPU
-            print(f"gpu_ops_bench: part {part} skipped: {SKIPPED_WITHOUT_GPU}", file=sys.stderr)
+            res["skipped"][part] = why
+            print(f"gpu_ops_bench: part {part} skipped: {why}", file=sys.stderr)
     text = report(res, a)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -280,6 +370,7 @@ def main(argv=None) -> int:
     print(text)
     checks = [v for r in res.get("ops", []) for k, v in r.items() if k.startswith("equal_")]
     checks += [r["equal"] for r in res.get("triton", []) if "equal" in r]
+    checks += [r["equal_sdpa"] for r in res.get("flashinfer", [])]
     return 0 if all(checks) else 1
 
 

@@ -125,42 +125,48 @@ def _fake_merge_state(v_a, s_a, v_b, s_b):
     return v_a * torch.exp2(s_a - s)[..., None] + v_b * torch.exp2(s_b - s)[..., None], s
 
 
-def make_backend(monkeypatch, unit_size: int = 64):
+def make_backend(monkeypatch, unit_size: int = 64, *, real: bool = False, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, shape: tuple = (H, HK, D)):
     """``(backend, allocator)``: the PASK FlashInfer backend over a pool of 64 full ids and
     ``unit_size`` slots per unit (units :data:`UNITS`), 4 request rows of 32 tokens, flashinfer
-    replaced by the stand-in wrappers."""
+    replaced by the stand-in wrappers -- or, with ``real``, FlashInfer's own (a CUDA ``device``, a
+    128 MB workspace). ``shape``: (query heads, KV heads, head_dim)."""
     from sglang.srt import runtime_context
     from sglang_pask.srt.mem_cache.pools import PaskAllocator, PaskKVPool
 
-    fi = types.ModuleType("flashinfer")
-    fi.BatchDecodeWithPagedKVCacheWrapper = Decode
-    fi.BatchPrefillWithPagedKVCacheWrapper = Paged
-    fi.BatchPrefillWithRaggedKVCacheWrapper = Ragged
-    cascade = types.ModuleType("flashinfer.cascade")
-    cascade.merge_state = _fake_merge_state
-    monkeypatch.setitem(sys.modules, "flashinfer", fi)
-    monkeypatch.setitem(sys.modules, "flashinfer.cascade", cascade)
+    h, hk, d = shape
+    if not real:
+        fi = types.ModuleType("flashinfer")
+        fi.BatchDecodeWithPagedKVCacheWrapper = Decode
+        fi.BatchPrefillWithPagedKVCacheWrapper = Paged
+        fi.BatchPrefillWithRaggedKVCacheWrapper = Ragged
+        cascade = types.ModuleType("flashinfer.cascade")
+        cascade.merge_state = _fake_merge_state
+        monkeypatch.setitem(sys.modules, "flashinfer", fi)
+        monkeypatch.setitem(sys.modules, "flashinfer.cascade", cascade)
     sgl_fi = types.ModuleType("sglang.srt.layers.attention.flashinfer_backend")  # skip its slow import
     sgl_fi.should_use_tensor_core = lambda **kwargs: False
     monkeypatch.setitem(sys.modules, sgl_fi.__name__, sgl_fi)
     monkeypatch.setattr(runtime_context, "get_parallel", lambda: NS(attn_tp_size=1, attn_dcp_size=1))
-    monkeypatch.setattr(runtime_context, "get_buffer", lambda name, factory: torch.empty(8, dtype=torch.uint8))
+    workspace = torch.empty(128 << 20 if real else 8, dtype=torch.uint8, device=device)
+    monkeypatch.setattr(runtime_context, "get_buffer", lambda name, factory: workspace)
     from sglang_pask.srt.attention.flashinfer_backend import PaskFlashInferAttnBackend
 
-    pool = PaskKVPool(units=UNITS, full_size=64, unit_size=unit_size, dtype=torch.float32, head_num=HK, head_dim=D,
-                      v_head_dim=None, device="cpu", num_layers=LAYERS)
-    alloc = PaskAllocator(64, pool, device="cpu", dtype=torch.float32)
-    cfg = NS(get_max_num_attention_heads=lambda: H, num_attention_heads=H, get_num_kv_heads=lambda tp, dcp=1: HK,
-             head_dim=D, is_encoder_decoder=False, is_multimodal=False)
-    r2t = NS(size=4, req_to_token=torch.zeros((4, 32), dtype=torch.int32))
+    pool = PaskKVPool(units=UNITS, full_size=64, unit_size=unit_size, dtype=dtype, head_num=hk, head_dim=d,
+                      v_head_dim=None, device=device, num_layers=LAYERS)
+    alloc = PaskAllocator(64, pool, device=device, dtype=dtype)
+    cfg = NS(get_max_num_attention_heads=lambda: h, num_attention_heads=h, get_num_kv_heads=lambda tp, dcp=1: hk,
+             head_dim=d, is_encoder_decoder=False, is_multimodal=False)
+    r2t = NS(size=4, req_to_token=torch.zeros((4, 32), dtype=torch.int32, device=device))
     runner = NS(token_to_kv_pool=pool, req_to_token_pool=r2t, model_config=cfg, sliding_window_size=None,
-                kv_index_translator=None, device="cpu", dtype=torch.float32, kv_cache_dtype=torch.float32)
+                kv_index_translator=None, device=device, dtype=dtype, kv_cache_dtype=dtype)
     return PaskFlashInferAttnBackend(runner), alloc
 
 
-def layer(i):
-    return NS(layer_id=i, tp_q_head_num=H, tp_k_head_num=HK, tp_v_head_num=HK, head_dim=D, v_head_dim=D,
-              scaling=D ** -0.5, logit_cap=0.0, is_cross_attention=False, sliding_window_size=-1, attn_type=None,
+def layer(i, shape: tuple = (H, HK, D)):
+    h, hk, d = shape
+    return NS(layer_id=i, tp_q_head_num=h, tp_k_head_num=hk, tp_v_head_num=hk, head_dim=d, v_head_dim=d,
+              scaling=d ** -0.5, logit_cap=0.0, is_cross_attention=False, sliding_window_size=-1, attn_type=None,
               k_scale=None, v_scale=None, k_scale_float=None, v_scale_float=None)
 
 
@@ -168,24 +174,27 @@ def batch(mode, rows, prefix, ext, out_cache_loc):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     seq = [p + e for p, e in zip(prefix, ext)]
+    dev = out_cache_loc.device  # the batch's tensors live where the pool does
     return NS(forward_mode=getattr(ForwardMode, mode), spec_info=None, encoder_lens=None, batch_size=len(rows),
-              req_pool_indices=torch.tensor(rows), seq_lens=torch.tensor(seq), seq_lens_sum=sum(seq),
-              extend_seq_lens=torch.tensor(ext), extend_prefix_lens=torch.tensor(prefix), extend_prefix_lens_cpu=prefix,
+              req_pool_indices=torch.tensor(rows, device=dev), seq_lens=torch.tensor(seq, device=dev),
+              seq_lens_sum=sum(seq), extend_seq_lens=torch.tensor(ext, device=dev),
+              extend_prefix_lens=torch.tensor(prefix, device=dev), extend_prefix_lens_cpu=prefix,
               out_cache_loc=out_cache_loc, out_cache_loc_is_physical=False)
 
 
 def reference(pool, r2t, lay, q, rows, prefix, ext):
     """Per request: held keys of the layer's unit over the whole sequence (less what the row's
-    segment view hides), causal by position."""
+    segment view hides), causal by position; computed in float32 (SDPA), returned in ``q``'s dtype."""
     u = pool.unit_of[lay.layer_id]
-    kb, vb = pool.get_key_buffer(lay.layer_id), pool.get_value_buffer(lay.layer_id)
+    h, d = lay.tp_q_head_num, lay.head_dim
+    kb, vb = pool.get_key_buffer(lay.layer_id).float(), pool.get_value_buffer(lay.layer_id).float()
     outs, start = [], 0
     for r, p, e in zip(rows, prefix, ext):
         slots, k_pos = held_slots(pool.mapping[u], r2t[r, :p + e], r, u)
-        qi = q[start:start + e].view(e, H, D).movedim(0, 1)
+        qi = q[start:start + e].float().view(e, h, d).movedim(0, 1)
         o = sparse_attention(qi, kb[slots].movedim(0, 1), vb[slots].movedim(0, 1),
-                             torch.arange(p, p + e), k_pos, lay.scaling, True)
-        outs.append(o.movedim(0, 1).reshape(e, H * D))
+                             torch.arange(p, p + e, device=q.device), k_pos, lay.scaling, True)
+        outs.append(o.movedim(0, 1).reshape(e, h * d).to(q.dtype))
         start += e
     return torch.cat(outs)
 
