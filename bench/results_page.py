@@ -104,6 +104,9 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-many-blocks-catalogs": "The many-blocks bench with tool catalogs: 8 tools blocks of "
     "1,600-1,840 tokens (most of the tiny model's 2,048 positions) against Full KV memory for about 3 of them; "
     "Full KV's LRU vs PASK's tiers at the same bytes, one thread per server.",
+    "qwen2.5-coder-0.5b-instruct-catalogs": "Tool catalogs on the real model (`bash bench/real_model_catalogs.sh`): "
+    "BFCL simple and multiple eval entries, each with its own tools plus 20 or 50 distractor tools; retention of Full "
+    "KV's correct calls per method at 0.33 and 0.2, paired against the shipped PASK policy, and where lost calls fail.",
     "pask-tiny-fc-many-blocks-accuracy-n200": "Accuracy of many-blocks traffic under memory pressure (the "
     "grouped eval, shuffled): Full KV's LRU vs PASK's tiers, with the requests that hit a demoted block.",
     "pask-tiny-fc-calibration": "The calibration run that wrote the shipped policies, and its "

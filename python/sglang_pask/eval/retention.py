@@ -11,7 +11,10 @@ asks only the second question, paired entry by entry against a Full KV run on th
 * the BFCL mean of the categories present (``mean8`` when all 8 are) with its own interval
   (:func:`~.stats.bootstrap_ci`);
 * against a ``reference`` row (e.g. the shipped PASK policy), the paired difference in retention on
-  the same draws: "A keeps more of Full KV's correct calls than B" at 95% when the lower end > 0.
+  the same draws: "A keeps more of Full KV's correct calls than B" at 95% when the lower end > 0;
+* where the lost calls fail (``lost_by_kind``), from BFCL's checker error of the method's record
+  (:func:`failure_kind`): the wrong tool or number of calls, a missing or unexpected parameter name,
+  a wrong value or type, no call decoded, or other.
 
 Input: results.jsonl records (``{"id", "category", "valid"}``) as ``pask eval`` / ``pask sweep``
 write them; every row must hold exactly Full KV's entries (ValueError naming the first that differs).
@@ -26,7 +29,28 @@ import numpy as np
 from sglang_pask.eval.stats import LEVEL, RESAMPLES, bootstrap_ci
 from sglang_pask.eval.summary import aggregate, category_order
 
-__all__ = ["retention_rows", "retention_markdown"]
+__all__ = ["retention_rows", "retention_markdown", "failure_kind", "KINDS"]
+
+#: the failure kinds of :func:`failure_kind`, in table order
+KINDS = ("tool", "param_name", "value", "no_call", "other")
+
+
+def failure_kind(error_type: Optional[str]) -> str:
+    """A BFCL checker error type (``results.jsonl``'s ``error_type``) as one of :data:`KINDS`:
+    ``tool`` (wrong function name, wrong number of calls), ``param_name`` (a required parameter
+    missing, an unexpected or unknown one, an optional one the gold needs), ``value`` (a wrong value
+    or type), ``no_call`` (nothing decodable: the output is not a call, or was cut), else ``other``
+    (e.g. a parallel call set no permutation matches)."""
+    e = (error_type or "").lower()
+    if "wrong_func_name" in e or "wrong_count" in e:
+        return "tool"
+    if "missing_required" in e or "unexpected_param" in e or "missing_optional" in e:
+        return "param_name"
+    if e.startswith(("value_error", "type_error")):
+        return "value"
+    if e.startswith(("decode", "ast_decoder")):
+        return "no_call"
+    return "other"
 
 
 def _index(records: Sequence[Mapping], what: str) -> dict[tuple[str, str], bool]:
@@ -37,6 +61,10 @@ def _index(records: Sequence[Mapping], what: str) -> dict[tuple[str, str], bool]
             raise ValueError(f"{what}: entry {key} appears twice")
         out[key] = bool(r["valid"])
     return out
+
+
+def _errors(records: Sequence[Mapping]) -> dict[tuple[str, str], Optional[str]]:
+    return {(r["category"], r["id"]): r.get("error_type") for r in records}
 
 
 def _mean(index: Mapping[tuple[str, str], bool]) -> dict:
@@ -54,7 +82,8 @@ def retention_rows(full: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]
     """One dict per ``runs`` label (in order), see the module docstring: ``label``, ``n``,
     ``full_right``, ``kept``, ``retention`` and ``ci``, ``lost``, ``gained``, ``mean8`` / ``mean``
     with ``mean_ci``, and with ``reference`` (a label of ``runs``) ``vs_reference``:
-    ``{"diff", "ci"}`` (this row's retention minus the reference's, paired)."""
+    ``{"diff", "ci"}`` (this row's retention minus the reference's, paired); ``lost_by_kind``: the
+    right -> wrong flips counted by :func:`failure_kind` (every kind of :data:`KINDS`)."""
     f = _index(full, "full")
     if not any(f.values()):
         raise ValueError("Full KV gets no entry right: retention is undefined")
@@ -68,6 +97,7 @@ def retention_rows(full: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]
             raise ValueError(f"{label}: not Full KV's entries ({len(only_f)} missing, e.g. {only_f[:1]}; "
                              f"{len(only_r)} extra, e.g. {only_r[:1]})")
         rows[label] = r
+    errors = {label: _errors(recs) for label, recs in runs.items()}
     right = sorted((k for k, ok in f.items() if ok), key=lambda k: (category_order(k[0]), k[1]))
     by_cat: dict[str, list[int]] = {}
     for i, (c, _) in enumerate(right):
@@ -87,6 +117,8 @@ def retention_rows(full: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]
                "retention": float(kept[label].mean()),
                "ci": [float(v) for v in np.quantile(samples[label], [lo, hi])],
                "lost": sum(1 for k in right if not r[k]),
+               "lost_by_kind": {kind: sum(1 for k in right if not r[k] and failure_kind(errors[label][k]) == kind)
+                                for kind in KINDS},
                "gained": sum(1 for k, ok in r.items() if ok and not f[k]),
                **mean, "mean_ci": ci.get("mean8" if mean["mean8"] is not None else "mean")}
         if reference is not None and label != reference:
@@ -119,4 +151,10 @@ def retention_markdown(rows: Sequence[Mapping], full: Sequence[Mapping]) -> str:
             v = r.get("vs_reference")
             cell += (f" {100 * v['diff']:+.1f} [{100 * v['ci'][0]:+.1f}, {100 * v['ci'][1]:+.1f}] |" if v else " - |")
         lines.append(cell)
+    if rows and all("lost_by_kind" in r for r in rows):
+        lines += ["", "Where the right -> wrong calls fail (BFCL's checker error of the method's output):", "",
+                  "| row | right -> wrong | wrong tool or call count | parameter name | value or type | no call "
+                  "| other |", "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['label']} | {r['lost']} | " + " | ".join(str(r["lost_by_kind"][k]) for k in KINDS) + " |"
+                  for r in rows]
     return "\n".join(lines) + "\n"

@@ -67,3 +67,25 @@ def test_pask_retention_command(tmp_path):
     bad = subprocess.run(cmd + ["--run", f"b={tmp_path / 'b'}", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--run b: its max_tokens is 16, the Full KV run's 8" in bad.stderr
+
+
+def test_lost_calls_are_counted_by_where_the_checker_says_they_fail():
+    from sglang_pask.eval.retention import KINDS, failure_kind
+
+    assert [failure_kind(e) for e in (
+        "simple_function_checker:wrong_func_name", "parallel_function_checker_no_order:wrong_count",
+        "simple_function_checker:missing_required", "simple_function_checker:unexpected_param",
+        "simple_function_checker:missing_optional", "value_error:string", "type_error:simple",
+        "decode:wrong_format", "parallel_function_checker_no_order:cannot_find_match", None)] == [
+        "tool", "tool", "param_name", "param_name", "param_name", "value", "value", "no_call", "other", "other"]
+    full = _recs("111111")
+    run = _recs("000011")
+    for r, err in zip(run, ("simple_function_checker:wrong_func_name", "value_error:string", "type_error:simple",
+                            "decode:truncated")):
+        r["error_type"] = err
+    (row,) = retention_rows(full, {"m": run})
+    assert row["lost"] == 4 and row["lost_by_kind"] == {"tool": 1, "param_name": 0, "value": 2, "no_call": 1,
+                                                        "other": 0}
+    assert set(row["lost_by_kind"]) == set(KINDS)
+    md = retention_markdown([row], full)
+    assert "| m | 4 | 1 | 0 | 2 | 1 | 0 |" in md
