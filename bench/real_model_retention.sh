@@ -7,7 +7,8 @@
 # (exclude=its record: disjoint by id). Rows: each method at its strongest schedule (prefill, the
 # stronger one for every baseline in the tiny model's calib sweep), at the same budget: StreamingLLM,
 # SnapKV per KV head, AdaKV, Expected Attention, KVzip (kvpress's defaults), and the shipped PASK
-# policy of each budget (calibrated on bfcl calib entries only). Nothing is chosen on these entries.
+# policy of each budget (calibrated on bfcl calib entries only), and where its calibration has written
+# one, the learned-residual PASK policy of the budget (LEARNED). Nothing is chosen on these entries.
 # Then, for PASK's right -> wrong flips, what it dropped that the call copies (bench/flip_causes.py).
 # Resumable entry by entry (rerun the same command); hours on 2 cores: run it in the background.
 #   bash bench/real_model_retention.sh
@@ -22,6 +23,7 @@ BUDGETS=${BUDGETS:-0.33 0.2}
 BASELINES=${BASELINES:-kvzip snapkv:per_head=true adakv expected_attention streaming}
 OUT=${OUT:-experiments/runs/real-model-retention}  # resume state, committed (sessions do not keep runs/)
 RESULTS=${RESULTS:-bench/results/$NAME-retention}
+LEARNED=${LEARNED:-experiments/policies/$NAME.learned}  # + .bB.json: the learned-residual policies, where calibrated
 PASK=${PASK:-.venv/bin/pask}
 [[ -f "$MODEL/config.json" ]] || make -s real-model
 mkdir -p "$OUT" "$RESULTS"
@@ -29,6 +31,12 @@ SECONDS=0
 common=(--model "$MODEL" --data "$DATA" --schedules prefill --tool-choice required --max-tokens 256 --no-progress
         --out "$OUT/cells")
 $PASK sweep "${common[@]}" --methods full --budgets 0.33 --results "$OUT/reports/full"
+learned() { [[ -f "$LEARNED.b$1.json" ]]; }  # a learned-residual policy of budget $1 was calibrated
+for b in $BUDGETS; do  # the learned-residual PASK policies (the notebook's, where calibrated; own cells)
+  learned "$b" || continue
+  $PASK sweep "${common[@]/%$OUT\/cells/$OUT/cells-learned}" --methods pask --budgets "$b" --policy "$LEARNED.b$b.json" \
+    --results "$OUT/reports/pask-learned-b$b"
+done
 for b in $BUDGETS; do  # PASK first: each budget its shipped policy
   $PASK sweep "${common[@]}" --methods pask --budgets "$b" --policy "policies/$NAME.b$b.json" \
     --results "$OUT/reports/pask-b$b"
@@ -38,6 +46,7 @@ for m in $BASELINES; do  # the strongest first, one method at a time (a stopped 
 done
 for b in $BUDGETS; do
   rows=(--run "pask=$OUT/cells/pask-prefill-$b")
+  if learned "$b"; then rows+=(--run "pask-learned=$OUT/cells-learned/pask-prefill-$b"); fi
   for m in $BASELINES; do rows+=(--run "${m%%:*}=$OUT/cells/${m//[:=]/+}-prefill-$b"); done
   $PASK retention --full "$OUT/cells/full" "${rows[@]}" --reference pask --out "$RESULTS/b$b"
 done
