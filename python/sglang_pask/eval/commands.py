@@ -135,6 +135,22 @@ def _retention_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="where retention.md and retention.json go")
 
 
+def _retention_meta(args: argparse.Namespace) -> dict:
+    """What wrote a retention folder: the command line (every input spelled out), commit, date."""
+    import datetime
+    import shlex
+
+    from sglang_pask.eval.sweep import _git_commit
+
+    parts = ["pask", "retention", "--full", args.full]
+    for spec in args.run:
+        parts += ["--run", spec]
+    if args.reference:
+        parts += ["--reference", args.reference]
+    return {"command": shlex.join([*parts, "--out", args.out]), "git_commit": _git_commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
 @command("retention", "of the entries Full KV gets right, the share each compressed run keeps (paired)",
          _retention_args)
 def _retention(args: argparse.Namespace) -> int:
@@ -174,8 +190,9 @@ def _retention(args: argparse.Namespace) -> int:
     (out / "retention.json").write_text(json.dumps({"full": args.full, "runs": dict(r.partition("=")[::2]
                                                                                     for r in args.run),
                                                     "rows": rows}, indent=1) + "\n")
+    (out / "meta.json").write_text(json.dumps(_retention_meta(args), indent=1) + "\n")
     print(text, end="")
-    print(f"wrote {out / 'retention.md'}, {out / 'retention.json'}")
+    print(f"wrote {out / 'retention.md'}, {out / 'retention.json'}, {out / 'meta.json'}")
     return 0
 
 

@@ -64,6 +64,9 @@ def test_pask_retention_command(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "| a | 4 | 3 | 2 | 66.7 [" in ok.stdout
     assert json.loads((tmp_path / "out" / "retention.json").read_text())["rows"][0]["kept"] == 2
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())  # what wrote the folder
+    assert meta["command"] == (f"pask retention --full {tmp_path / 'full'} --run a={tmp_path / 'a'} "
+                               f"--out {tmp_path / 'out'}") and meta["date"]
     bad = subprocess.run(cmd + ["--run", f"b={tmp_path / 'b'}", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--run b: its max_tokens is 16, the Full KV run's 8" in bad.stderr
