@@ -104,6 +104,12 @@ ORDER: dict[str, str] = {
     "pask-tiny-fc-server-many-blocks-catalogs": "The many-blocks bench with tool catalogs: 8 tools blocks of "
     "1,600-1,840 tokens (most of the tiny model's 2,048 positions) against Full KV memory for about 3 of them; "
     "Full KV's LRU vs PASK's tiers at the same bytes, one thread per server.",
+    "qwen2.5-coder-0.5b-instruct-retention-shipped-b0.33": "The real model's retention at 0.33, the first row of "
+    "its retention table to finish: of the 353 BFCL eval entries (8 categories, disjoint from calibration), the Full "
+    "KV calls the shipped 0.33 policy (a lookup) still gets right, with flips and where the lost calls fail.",
+    "qwen2.5-coder-0.5b-instruct-server-capacity-ship-b0.33": "The real model's ship decision at 0.33: the shipped "
+    "lookup policy and the learned-residual policy of its newer calibration served side by side against Full KV "
+    "at the same KV bytes (3 rounds).",
     "qwen2.5-coder-0.5b-instruct-catalogs": "Tool catalogs on the real model (`bash bench/real_model_catalogs.sh`): "
     "BFCL simple and multiple eval entries, each with its own tools plus 20 or 50 distractor tools; retention of Full "
     "KV's correct calls per method at 0.33 and 0.2, paired against the shipped PASK policy, and where lost calls fail.",
@@ -141,7 +147,8 @@ WRITTEN_BY: dict[str, str] = {
 
 #: markdown written by a command, in the order a section shows it (report.md only without report.json)
 TABLE_FILES = ("compare.md", "vs-strongest-baseline.md", "vs-full.md", "vs-strongest-baseline-attn.md",
-               "vs-full-attn.md", "vs-snapkv.md", "paired.md", "calib.md", "eval.md", "report.md", "allocations.md")
+               "vs-full-attn.md", "vs-snapkv.md", "paired.md", "calib.md", "eval.md", "report.md", "allocations.md",
+               "retention.md")
 NO_COMMAND = "not recorded"
 
 

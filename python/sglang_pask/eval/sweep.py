@@ -320,12 +320,14 @@ def _bar(total: int, progress: bool):
 
 
 def _git_commit() -> str | None:
-    """HEAD's commit of the source tree, with ``+dirty`` when tracked files differ from it."""
+    """HEAD's commit of the source tree, with ``+dirty`` when tracked files differ from it (the long
+    runs' resume state under ``experiments/runs/`` is data those runs append to, not code: left out)."""
     root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)experiments/runs"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
