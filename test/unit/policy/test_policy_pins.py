@@ -75,6 +75,9 @@ HASHES = {
     # the real model's learned-residual 0.33 policy (its calibration named it as the shipped one)
     "qwen2.5-coder-0.5b-instruct.learned.b0.33.json":
         "70c4cc5d27df8568b040bd67201ff30af9007cb3a32fbaafa7796f2d8d527543",
+    # the same with its measured pools block (`pask policy pools`; the hash leaves pools out)
+    "qwen2.5-coder-0.5b-instruct.learned-pools.b0.33.json":
+        "70c4cc5d27df8568b040bd67201ff30af9007cb3a32fbaafa7796f2d8d527543",
     "qwen2.5-coder-0.5b-instruct.b0.33.json": "901c58ab967e455b7a468b6de4d3b420a7e2af08c748a19e96850bcb429ad4cd",
     "qwen2.5-coder-0.5b-instruct.prior.json": "dce9eac874f161fb9054b662513ce72da159248e039b7b0dce5b0839aa6f5cd0",
     "tiny-random-qwen3.prior.json": "0b583ba6d796e4b5a4e97b91df4798335fb3d2fae6736f570d64b09f9d6c226a",
@@ -133,6 +136,12 @@ RECORDS = {
         ("scorer", "policies/pask-tiny-fc.kvzap.safetensors"), ("scorer_sha256", SCORER_SHA),
         ("attention_blend", 0.5), ("attention_stat", "learned")],
     "qwen2.5-coder-0.5b-instruct.learned.b0.33.json": [("name", "pask"), ("budget", 0.33), ("schedule", "prefill"),
+        ("interval", 1), ("policy", "qwen2.5-coder-0.5b-instruct@0.33"), ("span_delimiters", True),
+        ("scorer", "experiments/policies/qwen2.5-coder-0.5b-instruct.kvzap.safetensors"),
+        ("scorer_sha256", "aa061d60d092b7f0f5d52f70da451b3d00116af6d45b9eb28ae8890ae2a1dce6"),
+        ("attention_blend", 0.5), ("attention_stat", "learned")],
+    "qwen2.5-coder-0.5b-instruct.learned-pools.b0.33.json": [("name", "pask"), ("budget", 0.33),
+        ("schedule", "prefill"),
         ("interval", 1), ("policy", "qwen2.5-coder-0.5b-instruct@0.33"), ("span_delimiters", True),
         ("scorer", "experiments/policies/qwen2.5-coder-0.5b-instruct.kvzap.safetensors"),
         ("scorer_sha256", "aa061d60d092b7f0f5d52f70da451b3d00116af6d45b9eb28ae8890ae2a1dce6"),
