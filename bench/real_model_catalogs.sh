@@ -9,14 +9,15 @@
 # Reported per (N, budget) by `pask retention`: retention of Full KV's correct calls with paired
 # intervals against PASK, flips both ways, and where the lost calls fail (wrong tool, parameter name,
 # value); plus the prompt lengths. Nothing is chosen on these entries.
-# Resumable entry by entry (rerun the same command); ~30 s per entry per cell at N = 20 on one core:
+# Resumable entry by entry (rerun the same command); ~30 s per entry per cell at N = 20 on one core,
+# 320 entries (Full KV got 3 of the first 12 right at N = 20, so the sizes are for >= 60 right):
 # many hours, run it in the background.
 #   bash bench/real_model_catalogs.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/qwen2.5-coder-0.5b-instruct}
 NAME=$(basename "$MODEL")
-SIZES=${SIZES:-simple_python=70,multiple=60}
+SIZES=${SIZES:-simple_python=200,multiple=120}  # ~25% right under Full KV at N = 20: >= 60 right needs ~240
 RECORD=${RECORD:-bench/results/$NAME-calibration/$NAME.calibration.json}
 DISTRACTORS=${DISTRACTORS:-20 50}
 BUDGETS=${BUDGETS:-0.33 0.2}
