@@ -113,6 +113,8 @@ ORDER: dict[str, str] = {
     "qwen2.5-coder-0.5b-instruct-server-capacity-ship-pools-b0.33": "The same with the learned-residual policy's "
     "per-group pools measured (`pask policy pools`, as the shipped lookup's): as many requests at once as the lookup, "
     "but slower decode steps.",
+    "qwen2.5-coder-0.5b-instruct-server-capacity-ship-pools-noblas-b0.33": "The same after the learned scorer "
+    "stopped calling BLAS (OpenBLAS's spinning threads had slowed every torch op of the server).",
     "qwen2.5-coder-0.5b-instruct-catalogs": "Tool catalogs on the real model (`bash bench/real_model_catalogs.sh`): "
     "BFCL simple and multiple eval entries, each with its own tools plus 20 or 50 distractor tools; retention of Full "
     "KV's correct calls per method at 0.33 and 0.2, paired against the shipped PASK policy, and where lost calls fail.",
